@@ -1,0 +1,94 @@
+//! Errors of a function call, classified so callers can fail over without string matching.
+
+use std::time::Duration;
+
+/// Whose fault a failed call was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The function itself failed (crashed, threw, returned an error body).
+    Function,
+    /// The backend platform failed or refused (overloaded, misconfigured, down).
+    Backend,
+    /// The network between the gateway and the backend failed.
+    Network,
+    /// The caller's request was unusable (unknown function, bad input).
+    Client,
+}
+
+/// A failed function call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvokeError {
+    /// The backend does not serve this function.
+    #[error("function {0:?} is not deployed on this backend")]
+    UnknownFunction(String),
+    /// The function ran and failed; `body` is what it reported (passed to the client where safe).
+    #[error("function failed: {message}")]
+    FunctionFailed {
+        /// Short description of the failure.
+        message: String,
+        /// The function's own error output, if any.
+        body: Option<bytes::Bytes>,
+    },
+    /// The call did not complete before its deadline.
+    #[error("call timed out after {0:?}")]
+    Timeout(Duration),
+    /// The function's output exceeded the configured limit.
+    #[error("function output exceeded {limit} bytes")]
+    OutputTooLarge {
+        /// Configured limit in bytes.
+        limit: usize,
+    },
+    /// The backend has no capacity now (throttled, pool exhausted); `retry_after` when it said.
+    #[error("backend overloaded")]
+    Overloaded {
+        /// How long the backend asked callers to wait, if it did.
+        retry_after: Option<Duration>,
+    },
+    /// The backend rejected our credentials.
+    #[error("backend rejected credentials: {0}")]
+    Auth(String),
+    /// The backend is unreachable or answered with a server error.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// Transport failure talking to the backend.
+    #[error("network error: {0}")]
+    Network(String),
+    /// The backend answered something that does not follow its protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The circuit breaker is open: the backend failed recently and is skipped for now.
+    #[error("backend skipped: circuit open")]
+    CircuitOpen,
+}
+
+impl InvokeError {
+    /// Whose fault the failure was.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::UnknownFunction(_) => Fault::Client,
+            Self::FunctionFailed { .. } | Self::OutputTooLarge { .. } => Fault::Function,
+            Self::Timeout(_) | Self::Network(_) => Fault::Network,
+            Self::Overloaded { .. }
+            | Self::Auth(_)
+            | Self::Unavailable(_)
+            | Self::Protocol(_)
+            | Self::CircuitOpen => Fault::Backend,
+        }
+    }
+
+    /// Whether retrying the same call on the same backend later may succeed.
+    ///
+    /// Failover to another backend or the cloud is decided by the gateway and is
+    /// allowed for every error but a client fault.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Overloaded { .. }
+                | Self::Unavailable(_)
+                | Self::Network(_)
+                | Self::Timeout(_)
+                | Self::CircuitOpen
+        )
+    }
+}

@@ -1,0 +1,110 @@
+//! Function backends: the one trait the gateway calls, and one module per kind of backend.
+//!
+//! - [`local`]: the embedded runtime (tinyFaaS-format folders run as warm worker processes);
+//! - `tinyfaas`, `openwhisk`, `lambda`: adapters speaking each platform's wire protocol.
+//!
+//! Every failure is an [`InvokeError`] classified by whose fault it is and whether
+//! a retry elsewhere may help, so the gateway fails over without string matching.
+
+#![forbid(unsafe_code)]
+
+mod error;
+
+pub use error::{Fault, InvokeError};
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::HeaderMap;
+
+/// Whether a call may reuse a warm instance or must start a new one.
+///
+/// Chosen by the scheduler; backends that cannot control placement treat every
+/// value as [`ContainerChoice::Any`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContainerChoice {
+    /// Reuse an idle warm instance when there is one, else start one.
+    #[default]
+    Any,
+    /// Reuse an idle warm instance; start one only if none is idle.
+    Reuse,
+    /// Start a new instance even if a warm one is idle.
+    New,
+}
+
+/// One function call as a backend sees it.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    /// Function name as the topology lists it.
+    pub function: String,
+    /// Raw request body passed to the function.
+    pub body: Bytes,
+    /// Request headers the function may read (hop-by-hop and auth headers already removed).
+    pub headers: HeaderMap,
+    /// The call fails with [`InvokeError::Timeout`] if it has not completed by then.
+    pub deadline: Instant,
+    /// Warm-or-new decision from the scheduler.
+    pub container: ContainerChoice,
+}
+
+impl Invocation {
+    /// A call with no headers, the default container choice and `timeout` from now.
+    pub fn new(function: impl Into<String>, body: impl Into<Bytes>, timeout: Duration) -> Self {
+        Self {
+            function: function.into(),
+            body: body.into(),
+            headers: HeaderMap::new(),
+            deadline: Instant::now() + timeout,
+            container: ContainerChoice::Any,
+        }
+    }
+
+    /// Time left until the deadline (zero once it has passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// What a successful call returns.
+#[derive(Clone, Debug, Default)]
+pub struct InvokeOutput {
+    /// The function's raw output.
+    pub body: Bytes,
+    /// Content type the backend reported, if any.
+    pub content_type: Option<String>,
+    /// Whether the call paid a cold start (a new instance was started for it).
+    pub cold_start: bool,
+    /// Time spent starting a new instance (zero when warm or unknown).
+    pub cold: Duration,
+    /// Time spent executing the function (including the backend's transport when it cannot be split).
+    pub exec: Duration,
+}
+
+/// Health of a backend as its probe sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// The backend answers and can take calls.
+    Healthy,
+    /// The backend does not answer or refuses calls; the string says why.
+    Unhealthy(String),
+}
+
+/// A place functions run: the embedded runtime or a remote FaaS platform.
+///
+/// Implementations must be cheap to share (`Arc<dyn FunctionBackend>`), must honour
+/// [`Invocation::deadline`], and must never panic on what a backend sends back.
+#[async_trait]
+pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
+    /// Short label for logs and metrics, e.g. `local` or `lambda`.
+    fn kind(&self) -> &'static str;
+
+    /// Runs one call.
+    async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError>;
+
+    /// Names of the functions this backend serves.
+    async fn list(&self) -> Result<Vec<String>, InvokeError>;
+
+    /// A cheap probe of whether the backend can take calls now.
+    async fn health(&self) -> Health;
+}

@@ -1,0 +1,1 @@
+//! The geofaas gateway node.

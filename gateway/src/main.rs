@@ -1,0 +1,2 @@
+//! The `geofaas` binary.
+fn main() {}
