@@ -1,1 +1,31 @@
-//! placeholder
+//! The geofaas topology: nodes with their service areas and backends, the functions the
+//! platform offers with the profile the scheduler plans with, and platform settings.
+//!
+//! Pure data and geometry, no I/O beyond reading files: [`Topology::load`] parses and
+//! validates a TOML file (errors name the file, the field and the bad value), and
+//! [`Topology::service_map`] builds the area lookup that the gateway and DNS route with.
+
+#![forbid(unsafe_code)]
+
+pub mod area;
+pub mod backend;
+mod error;
+pub mod function;
+pub mod location;
+pub mod registry;
+mod service_map;
+mod topology;
+
+pub use area::{Area, AreaConfig};
+pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
+pub use error::{ConfigError, ShapeError};
+pub use function::FunctionConfig;
+pub use location::{LatLon, LocationError};
+pub use service_map::{NodeEntry, ServiceMap};
+pub use topology::{
+    AreaSettings, DnsSettings, GatewaySettings, GeoIpSettings, NodeConfig, Role, SecuritySettings,
+    TlsSettings, Topology,
+};
+
+#[cfg(test)]
+mod tests;

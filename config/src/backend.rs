@@ -1,0 +1,214 @@
+//! Backends a node runs functions on, one variant per kind (`kind = "local"`, ...).
+//!
+//! Credentials never live here: remote backends name the environment variables they read.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use url::Url;
+
+/// One backend of a node. A call goes to the first healthy backend serving the function.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BackendConfig {
+    /// The embedded runtime: tinyFaaS-format function folders run as local worker processes.
+    Local(LocalBackend),
+    /// A tinyFaaS node.
+    Tinyfaas(TinyfaasBackend),
+    /// An Apache OpenWhisk deployment.
+    Openwhisk(OpenwhiskBackend),
+    /// AWS Lambda (or an endpoint speaking its Invoke API).
+    Lambda(LambdaBackend),
+}
+
+impl BackendConfig {
+    /// Short label of the kind, for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::Local(_) => "local",
+            BackendConfig::Tinyfaas(_) => "tinyfaas",
+            BackendConfig::Openwhisk(_) => "openwhisk",
+            BackendConfig::Lambda(_) => "lambda",
+        }
+    }
+}
+
+/// The embedded local runtime.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalBackend {
+    /// Folder of function folders (`<dir>/<name>/fn.py`, `index.js` or `fn.sh`), relative to the
+    /// topology file. Default `functions`.
+    #[serde(default = "default_functions_dir")]
+    pub functions_dir: PathBuf,
+    /// Functions to serve; default: every function folder found.
+    #[serde(default)]
+    pub functions: Option<Vec<String>>,
+    /// Most warm instances per function. Default 4.
+    #[serde(default = "default_max_instances")]
+    pub max_instances: usize,
+    /// An idle instance is stopped after this many seconds. Default 300.
+    #[serde(default = "default_keep_alive_s")]
+    pub keep_alive_s: u64,
+    /// Per-call timeout in milliseconds (the gateway's deadline still applies). Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Largest accepted function output in bytes. Default 6 MiB.
+    #[serde(default = "default_max_output_bytes")]
+    pub max_output_bytes: usize,
+    /// Address-space limit of each worker process in MiB (RLIMIT_AS). Default 1024.
+    #[serde(default = "default_memory_limit_mb")]
+    pub memory_limit_mb: u64,
+}
+
+fn default_functions_dir() -> PathBuf {
+    PathBuf::from("functions")
+}
+fn default_max_instances() -> usize {
+    4
+}
+fn default_keep_alive_s() -> u64 {
+    300
+}
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+fn default_max_output_bytes() -> usize {
+    6 * 1024 * 1024
+}
+fn default_memory_limit_mb() -> u64 {
+    1024
+}
+
+impl Default for LocalBackend {
+    fn default() -> Self {
+        Self {
+            functions_dir: default_functions_dir(),
+            functions: None,
+            max_instances: default_max_instances(),
+            keep_alive_s: default_keep_alive_s(),
+            timeout_ms: default_timeout_ms(),
+            max_output_bytes: default_max_output_bytes(),
+            memory_limit_mb: default_memory_limit_mb(),
+        }
+    }
+}
+
+/// A tinyFaaS node (proxy on :8000, manager on :8080).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TinyfaasBackend {
+    /// Base URL of the function proxy, e.g. `http://10.0.0.5:8000`.
+    pub url: Url,
+    /// Base URL of the management service, e.g. `http://10.0.0.5:8080`.
+    pub manager_url: Url,
+    /// Per-call timeout in milliseconds (tinyFaaS has none of its own). Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Count an empty 200 body as a failed call (tinyFaaS answers 200 with an empty body when a
+    /// function crashed). Per-function `failure_marker`s apply in addition. Default false.
+    #[serde(default)]
+    pub fail_on_empty: bool,
+    /// Seconds between refreshes of the cached function list. Default 30.
+    #[serde(default = "default_list_refresh_s")]
+    pub list_refresh_s: u64,
+    /// Consecutive backend or network failures that open the circuit breaker. Default 5.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// Milliseconds an open breaker skips the backend before one probe call is let through.
+    /// Default 5000.
+    #[serde(default = "default_breaker_cooldown_ms")]
+    pub breaker_cooldown_ms: u64,
+}
+
+/// An Apache OpenWhisk deployment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenwhiskBackend {
+    /// API host, e.g. `https://openwhisk.example.org`.
+    pub api_host: Url,
+    /// Namespace. Default `_` (the key's own namespace).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Package holding the actions, if any.
+    #[serde(default)]
+    pub package: Option<String>,
+    /// Environment variable holding the `uuid:key` API key. Default `OPENWHISK_API_KEY`.
+    #[serde(default = "default_ow_key_env")]
+    pub api_key_env: String,
+    /// Per-call timeout in milliseconds. Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Milliseconds between polls of an activation after a 202 (blocking wait ran out). Default 200.
+    #[serde(default = "default_poll_interval_ms")]
+    pub poll_interval_ms: u64,
+    /// Seconds between refreshes of the cached function list. Default 30.
+    #[serde(default = "default_list_refresh_s")]
+    pub list_refresh_s: u64,
+    /// Consecutive backend or network failures that open the circuit breaker. Default 5.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// Milliseconds an open breaker skips the backend before one probe call is let through.
+    /// Default 5000.
+    #[serde(default = "default_breaker_cooldown_ms")]
+    pub breaker_cooldown_ms: u64,
+}
+
+fn default_namespace() -> String {
+    "_".to_owned()
+}
+fn default_ow_key_env() -> String {
+    "OPENWHISK_API_KEY".to_owned()
+}
+fn default_poll_interval_ms() -> u64 {
+    200
+}
+fn default_list_refresh_s() -> u64 {
+    30
+}
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_cooldown_ms() -> u64 {
+    5_000
+}
+
+/// How Lambda runs a call: wait for the result, or queue it and answer 202 at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LambdaInvocationType {
+    /// Synchronous: the answer carries the function's result.
+    #[default]
+    RequestResponse,
+    /// Asynchronous: Lambda queues the event and answers 202 with an empty body.
+    Event,
+}
+
+/// AWS Lambda; credentials come from the standard `AWS_*` environment variables.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LambdaBackend {
+    /// AWS region, e.g. `eu-central-1`.
+    pub region: String,
+    /// Endpoint override (e.g. serverless-offline); default `https://lambda.<region>.amazonaws.com`.
+    #[serde(default)]
+    pub endpoint: Option<Url>,
+    /// Per-call timeout in milliseconds. Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// `RequestResponse` or `Event`. Default `RequestResponse`.
+    #[serde(default)]
+    pub invocation_type: LambdaInvocationType,
+    /// Functions this backend serves; default: asked from Lambda's ListFunctions.
+    #[serde(default)]
+    pub functions: Option<Vec<String>>,
+    /// Seconds between refreshes of the cached function list. Default 30.
+    #[serde(default = "default_list_refresh_s")]
+    pub list_refresh_s: u64,
+    /// Consecutive backend or network failures that open the circuit breaker. Default 5.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// Milliseconds an open breaker skips the backend before one probe call is let through.
+    /// Default 5000.
+    #[serde(default = "default_breaker_cooldown_ms")]
+    pub breaker_cooldown_ms: u64,
+}

@@ -1,0 +1,253 @@
+//! Tests of the example topology, area lookup on the paper's exact hexagon edges, and validation messages.
+
+use std::path::Path;
+
+use crate::{ConfigError, LatLon, Role, Topology};
+
+const BERLIN: &str = include_str!("../../examples/berlin.toml");
+
+fn berlin() -> Topology {
+    Topology::parse(BERLIN, "berlin.toml", Path::new("examples"))
+        .expect("example topology is valid")
+}
+
+fn at(lat: f64, lon: f64) -> LatLon {
+    LatLon::new(lat, lon).unwrap()
+}
+
+fn invalid(text: &str) -> ConfigError {
+    Topology::parse(text, "bad.toml", Path::new(".")).expect_err("topology must be rejected")
+}
+
+/// The Berlin example with `pattern` replaced, for one-field variations.
+fn berlin_with(pattern: &str, replacement: &str) -> String {
+    assert!(BERLIN.contains(pattern), "{pattern}");
+    BERLIN.replacen(pattern, replacement, 1)
+}
+
+#[test]
+fn example_topology_routes_the_papers_points() {
+    let map = berlin().service_map().unwrap();
+    assert_eq!(map.responsible(at(52.51, 13.32)).id, "tu-berlin");
+    assert_eq!(map.responsible(at(52.40, 13.06)).id, "potsdam");
+    assert_eq!(map.responsible(at(51.5074, -0.1278)).id, "cloud");
+    assert_eq!(map.cloud().role, Role::Cloud);
+}
+
+#[test]
+fn hexagon_vertices_and_edges_are_inside_and_just_beyond_is_not() {
+    let map = berlin().service_map().unwrap();
+    // East vertex of tu-berlin and the midpoint of its north edge: on the boundary counts as inside.
+    assert_eq!(
+        map.responsible(at(52.510057, 13.504706056823904)).id,
+        "tu-berlin"
+    );
+    assert_eq!(
+        map.responsible(at(52.6656495800945, 13.325043)).id,
+        "tu-berlin"
+    );
+    // A hair (about 1 m) beyond them is nobody's edge: the cloud.
+    assert_eq!(map.responsible(at(52.510057, 13.50472)).id, "cloud");
+    assert_eq!(map.responsible(at(52.66566, 13.325043)).id, "cloud");
+    // South vertex region of potsdam.
+    assert_eq!(map.responsible(at(52.1986064199055, 13.0)).id, "potsdam");
+    assert_eq!(map.responsible(at(52.19859, 13.0)).id, "cloud");
+}
+
+#[test]
+fn shared_edge_sliver_is_tolerated_and_resolved_to_the_nearer_centre() {
+    let map = berlin().service_map().unwrap();
+    assert_eq!(map.warnings().len(), 1, "{:?}", map.warnings());
+    let w = &map.warnings()[0];
+    assert!(w.contains("tu-berlin") && w.contains("potsdam"), "{w}");
+    // Midpoint of tu-berlin's south-west edge lies in both hexagons.
+    let mid = at(
+        (52.354464419905504 + 52.510057) / 2.0,
+        (13.235211471588048 + 13.145379943176097) / 2.0,
+    );
+    let tu = map.node("tu-berlin").unwrap();
+    let pd = map.node("potsdam").unwrap();
+    assert!(tu.area.contains(mid) && pd.area.contains(mid));
+    let nearer = if mid.distance_km(tu.location) < mid.distance_km(pd.location) {
+        "tu-berlin"
+    } else {
+        "potsdam"
+    };
+    assert_eq!(map.responsible(mid).id, nearer);
+    // 200 m to either side of the shared edge the answer is unambiguous.
+    assert_eq!(
+        map.responsible(at(mid.lat, mid.lon + 0.003)).id,
+        "tu-berlin"
+    );
+    assert_eq!(map.responsible(at(mid.lat, mid.lon - 0.003)).id, "potsdam");
+}
+
+#[test]
+fn sliver_wider_than_the_tolerance_is_an_error_naming_both_nodes() {
+    let err = invalid(&berlin_with(
+        "sliver_tolerance_m = 50",
+        "sliver_tolerance_m = 5",
+    ));
+    let msg = err.to_string();
+    assert!(msg.contains("bad.toml"), "{msg}");
+    assert!(
+        msg.contains("node[tu-berlin].area") && msg.contains("node[potsdam].area"),
+        "{msg}"
+    );
+    assert!(msg.contains("sliver_tolerance_m"), "{msg}");
+}
+
+#[test]
+fn overlapping_edges_name_both_nodes() {
+    // Potsdam's hexagon moved onto tu-berlin's centre.
+    let text = berlin_with("location = { lat = 52.354199, lon = 13.055874 }\narea.wkt", "location = { lat = 52.354199, lon = 13.055874 }\narea.hexagon = { center = { lat = 52.5, lon = 13.3 }, circumradius_deg = 0.1 }\nx.wkt");
+    let text = text.replacen("x.wkt = \"POLYGON ((12.966", "# \"POLYGON ((12.966", 1);
+    let msg = invalid(&text).to_string();
+    assert!(
+        msg.contains("node[tu-berlin].area = \"overlaps node[potsdam].area by"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn validation_names_file_field_and_value() {
+    let cases = [
+        (
+            berlin_with(
+                "public_url = \"https://127.0.0.12:8443\"",
+                "public_url = \"http://127.0.0.12:8443\"",
+            ),
+            "node[potsdam].public_url",
+            "http://127.0.0.12:8443/",
+        ),
+        (
+            berlin_with("id = \"potsdam\"", "id = \"tu-berlin\""),
+            "node[tu-berlin].id",
+            "tu-berlin",
+        ),
+        (
+            berlin_with("role = \"cloud\"", "role = \"edge\"").replace(
+                "area = \"world\"",
+                "area.wkt = \"ENVELOPE (-1, 1, 52, 51)\"",
+            ),
+            "node.role",
+            "none is",
+        ),
+        (
+            berlin_with(
+                "area.wkt = \"POLYGON ((12.966",
+                "area.wkt = \"POLYGN ((12.966",
+            ),
+            "node[potsdam].area",
+            "POLYGN",
+        ),
+        (
+            berlin_with("id = \"potsdam\"", "id = \"Potsdam!\""),
+            "node.id",
+            "Potsdam!",
+        ),
+        (
+            berlin_with("name = \"echo\"", "name = \"sieve\""),
+            "function[sieve].name",
+            "sieve",
+        ),
+        (
+            berlin_with("zone = \"geofaas.test.\"", "zone = \"geofaas.test\""),
+            "zone",
+            "geofaas.test",
+        ),
+    ];
+    for (text, field, value) in cases {
+        let err = invalid(&text);
+        assert_eq!(err.field(), Some(field), "{err}");
+        let msg = err.to_string();
+        assert!(msg.starts_with("bad.toml: "), "{msg}");
+        assert!(msg.contains(value), "{msg} should quote {value}");
+    }
+}
+
+#[test]
+fn unknown_fields_and_bad_types_are_parse_errors_with_the_field_name() {
+    let msg = invalid(&berlin_with("ttl_s = 30", "ttl_s = 30\nttl_seconds = 5")).to_string();
+    assert!(
+        msg.contains("bad.toml") && msg.contains("ttl_seconds"),
+        "{msg}"
+    );
+    let msg = invalid(&berlin_with("ttl_s = 30", "ttl_s = \"thirty\"")).to_string();
+    assert!(msg.contains("ttl_s") || msg.contains("thirty"), "{msg}");
+    let msg = invalid(&berlin_with("kind = \"local\"", "kind = \"kubernetes\"")).to_string();
+    assert!(msg.contains("kubernetes"), "{msg}");
+}
+
+#[test]
+fn edge_without_area_and_world_edge_are_rejected() {
+    let text = berlin_with("area = \"world\"", "");
+    assert!(
+        Topology::parse(&text, "ok.toml", Path::new("examples")).is_ok(),
+        "the cloud's area defaults to the world"
+    );
+    let err = invalid(&BERLIN.replacen("area.wkt = \"POLYGON ((12.966", "#", 1));
+    assert_eq!(err.field(), Some("node[potsdam].area"), "{err}");
+}
+
+#[test]
+fn registry_areas_match_the_inline_polygons() {
+    let text = berlin_with(
+        "area.wkt = \"POLYGON ((12.966",
+        "area.registry = { file = \"disgb-registry.json\", broker = \"Potsdam\" }\n#",
+    );
+    let topo = Topology::parse(&text, "reg.toml", Path::new("testdata")).unwrap();
+    let inline = berlin().service_map().unwrap();
+    let imported = topo.service_map().unwrap();
+    assert_eq!(
+        imported.node("potsdam").unwrap().area,
+        inline.node("potsdam").unwrap().area
+    );
+    let err = Topology::parse(
+        &text.replace("broker = \"Potsdam\"", "broker = \"Spandau\""),
+        "reg.toml",
+        Path::new("testdata"),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("Spandau") && msg.contains("TUBerlin"), "{msg}");
+}
+
+#[test]
+fn envelope_circle_and_multipolygon_areas() {
+    use crate::area::{parse_wkt, Area};
+    assert_eq!(
+        parse_wkt("ENVELOPE (-180, 180, 90, -90)").unwrap(),
+        Area::World
+    );
+    let env = parse_wkt("ENVELOPE (13.0, 13.5, 52.6, 52.3)").unwrap();
+    assert!(env.contains(at(52.5, 13.3)) && !env.contains(at(52.7, 13.3)));
+    let multi = parse_wkt(
+        "MULTIPOLYGON (((0 0, 1 0, 1 1, 0 1, 0 0)), ((10 10, 11 10, 11 11, 10 11, 10 10)))",
+    )
+    .unwrap();
+    assert!(
+        multi.contains(at(10.5, 10.5))
+            && multi.contains(at(0.5, 0.5))
+            && !multi.contains(at(5.0, 5.0))
+    );
+    assert!(parse_wkt("POINT (1 2)").unwrap_err().0.contains("POINT"));
+    assert!(parse_wkt("POLYGON ((0 0, 200 0, 1 1, 0 0))")
+        .unwrap_err()
+        .0
+        .contains("longitude"));
+    let circle = crate::AreaConfig::Circle {
+        center: at(52.5, 13.4),
+        radius_km: 10.0,
+    }
+    .build(Path::new("."))
+    .unwrap();
+    assert!(
+        circle.contains(at(52.5 + 0.08, 13.4)),
+        "8.9 km north is inside"
+    );
+    assert!(
+        !circle.contains(at(52.5 + 0.1, 13.4)),
+        "11.1 km north is outside"
+    );
+}
