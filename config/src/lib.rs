@@ -20,7 +20,7 @@ pub use area::{Area, AreaConfig};
 pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
 pub use error::{ConfigError, ShapeError};
 pub use function::FunctionConfig;
-pub use location::{LatLon, LocationError};
+pub use location::{GeoLocator, LatLon, LocationError};
 pub use service_map::{NodeEntry, ServiceMap};
 pub use topology::{
     AreaSettings, DnsSettings, GatewaySettings, GeoIpSettings, NodeConfig, Role, SecuritySettings,

@@ -51,6 +51,15 @@ impl LatLon {
     }
 }
 
+/// Maps an IP address to a position (an mmdb, a static table in tests).
+///
+/// Shared by the gateway (clients without a location header) and the DNS server (resolvers and
+/// ECS subnets), so both place a client the same way.
+pub trait GeoLocator: Send + Sync + fmt::Debug {
+    /// The position of `ip`, or `None` when the database does not know it.
+    fn locate(&self, ip: std::net::IpAddr) -> Option<LatLon>;
+}
+
 impl FromStr for LatLon {
     type Err = LocationError;
 
