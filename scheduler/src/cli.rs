@@ -1,0 +1,284 @@
+//! `geofaas train` and `geofaas simulate`: argument structs for the gateway binary's clap
+//! subcommands and the functions that run them.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+use crate::baselines::{GreedyPolicy, NearestPolicy, RandomPolicy};
+use crate::metrics::{self, Summary};
+use crate::milp::MilpPolicy;
+use crate::policy::Policy;
+use crate::ppo::PpoPolicy;
+use crate::sim::{Outcome, SimConfig, Simulator};
+use crate::topology::Topology;
+use crate::workload::{Workload, WorkloadConfig};
+
+/// Workload shape shared by both commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkloadArgs {
+    /// Requests per workload (episode).
+    #[arg(long, default_value_t = 3000)]
+    pub requests: usize,
+    /// Requests at the start of each workload left out of the metrics (warm-up).
+    #[arg(long, default_value_t = 1000)]
+    pub warmup: usize,
+    /// Mean arrival rate over the topology, requests per second.
+    #[arg(long, default_value_t = 400.0)]
+    pub rate: f64,
+    /// Functions in the generated catalogue (ignored when the topology file lists functions).
+    #[arg(long, default_value_t = 200)]
+    pub functions: usize,
+    /// Seed of the function catalogue.
+    #[arg(long, default_value_t = 7)]
+    pub catalogue_seed: u64,
+}
+
+impl WorkloadArgs {
+    fn config(&self, seed: u64) -> WorkloadConfig {
+        WorkloadConfig {
+            requests: self.requests,
+            rate_per_s: self.rate,
+            seed,
+            ..Default::default()
+        }
+    }
+}
+
+/// `geofaas train`: PPO on simulated workloads; writes weights and a metrics CSV.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrainArgs {
+    /// `melbourne` (EUA, 125 sites), `berlin`, or a geofaas topology file.
+    #[arg(long, default_value = "melbourne")]
+    pub topology: String,
+    /// PPO iterations.
+    #[arg(long, default_value_t = 40)]
+    pub iterations: usize,
+    /// Episodes per iteration.
+    #[arg(long, default_value_t = 2)]
+    pub episodes: usize,
+    /// Seed (network init, sampling, training workloads).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Adam learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    /// Evaluate on the held-out seeds every this many iterations.
+    #[arg(long, default_value_t = 5)]
+    pub eval_every: usize,
+    /// Held-out validation seeds (keep them apart from `simulate --seeds`).
+    #[arg(long, value_delimiter = ',', default_value = "501,502")]
+    pub eval_seeds: Vec<u64>,
+    /// Weights output (safetensors).
+    #[arg(long, default_value = "scheduler/weights/melbourne.safetensors")]
+    pub out: PathBuf,
+    /// Metrics CSV output (default: next to the weights, `.metrics.csv`).
+    #[arg(long)]
+    pub metrics: Option<PathBuf>,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Workload shape.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+}
+
+/// `geofaas simulate`: runs policies on the same held-out workloads and compares them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// `melbourne` (EUA, 125 sites), `berlin`, or a geofaas topology file.
+    #[arg(long, default_value = "melbourne")]
+    pub topology: String,
+    /// Policies to compare: random, nearest, greedy, milp, ppo.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "random,nearest,greedy,milp,ppo"
+    )]
+    pub policies: Vec<String>,
+    /// PPO weights (safetensors); default: the shipped weights of the topology.
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Held-out workload seeds.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub seeds: Vec<u64>,
+    /// MILP look-ahead window, ms.
+    #[arg(long, default_value_t = 50.0)]
+    pub milp_window_ms: f64,
+    /// Summary CSV output.
+    #[arg(long, default_value = "simulate.csv")]
+    pub csv: PathBuf,
+    /// Latency CDF plot output (PNG).
+    #[arg(long, default_value = "simulate-cdf.png")]
+    pub plot: PathBuf,
+    /// Right end of the CDF plot's latency axis, ms.
+    #[arg(long, default_value_t = 400.0)]
+    pub plot_max_ms: f64,
+    /// Workload shape.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+}
+
+/// Shipped weights of the built-in topologies.
+pub fn shipped_weights(topology: &str) -> Option<&'static [u8]> {
+    match topology {
+        "melbourne" | "eua" => Some(include_bytes!("../weights/melbourne.safetensors")),
+        "berlin" => Some(include_bytes!("../weights/berlin.safetensors")),
+        _ => None,
+    }
+}
+
+fn make_policy(
+    name: &str,
+    args: &SimulateArgs,
+    link: crate::model::LinkModel,
+) -> anyhow::Result<Box<dyn Policy>> {
+    Ok(match name {
+        "random" => Box::new(RandomPolicy::new(42)),
+        "nearest" => Box::new(NearestPolicy),
+        "greedy" => Box::new(GreedyPolicy::new(link)),
+        "milp" => Box::new(MilpPolicy::new(link, args.milp_window_ms)),
+        "ppo" => Box::new(match &args.weights {
+            Some(p) => PpoPolicy::load(p, link)?,
+            None => {
+                let bytes = shipped_weights(&args.topology).with_context(|| {
+                    format!("no shipped weights for {}: pass --weights", args.topology)
+                })?;
+                PpoPolicy::from_bytes(bytes, link)?
+            }
+        }),
+        other => bail!("unknown policy {other:?} (random, nearest, greedy, milp, ppo)"),
+    })
+}
+
+/// Runs `geofaas simulate`.
+pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    let topo = Topology::by_name(&args.topology)?;
+    let sim = SimConfig::default();
+    let workloads: Vec<Workload> = args
+        .seeds
+        .iter()
+        .map(|&s| {
+            Workload::for_topology(
+                &topo,
+                (args.workload.functions, args.workload.catalogue_seed),
+                &args.workload.config(s),
+            )
+        })
+        .collect();
+    let mut rows = Vec::new();
+    let mut series: Vec<(String, Vec<Outcome>)> = Vec::new();
+    for name in &args.policies {
+        let policy = make_policy(name, &args, sim.link)?;
+        let mut all = Vec::new();
+        for wl in &workloads {
+            let out = Simulator::run(&topo, wl, sim, policy.as_ref());
+            all.extend(out.into_iter().skip(args.workload.warmup));
+        }
+        let s = Summary::new(policy.name(), &all);
+        eprintln!(
+            "{name}: mean {:.1} ms, p99 {:.1} ms, slo {:.2}%",
+            s.mean_ms,
+            s.p99_ms,
+            100.0 * s.slo_violation
+        );
+        rows.push(s);
+        series.push((name.clone(), all));
+    }
+    println!(
+        "topology {} ({} nodes), seeds {:?}, {} requests each ({} warm-up excluded), MILP solver {}",
+        topo.name,
+        topo.nodes.len(),
+        args.seeds,
+        args.workload.requests,
+        args.workload.warmup,
+        MilpPolicy::solver_name()
+    );
+    print!("{}", metrics::markdown_table(&rows));
+    let find = |n: &str| rows.iter().find(|r| r.policy == n);
+    if let (Some(p), Some(m)) = (find("ppo"), find("milp")) {
+        println!(
+            "PPO/MILP: mean {:.3}x, P50 {:.3}x, P95 {:.3}x, P99 {:.3}x, SLO violations {:+.2} pp",
+            p.mean_ms / m.mean_ms,
+            p.p50_ms / m.p50_ms,
+            p.p95_ms / m.p95_ms,
+            p.p99_ms / m.p99_ms,
+            100.0 * (p.slo_violation - m.slo_violation)
+        );
+    }
+    metrics::write_csv(&args.csv, &rows)?;
+    metrics::plot_cdf(&args.plot, &series, args.plot_max_ms)?;
+    println!("wrote {} and {}", args.csv.display(), args.plot.display());
+    Ok(())
+}
+
+/// Runs `geofaas train` (needs the `train` feature).
+#[cfg(feature = "train")]
+pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
+    use crate::train::{train, IterMetrics, PpoConfig};
+    let topo = Topology::by_name(&args.topology)?;
+    let cfg = PpoConfig {
+        seed: args.seed,
+        iterations: args.iterations,
+        episodes_per_iter: args.episodes,
+        lr: args.lr,
+        eval_every: args.eval_every,
+        eval_seeds: args.eval_seeds.clone(),
+        warmup: args.workload.warmup,
+        workload: args.workload.config(0),
+        functions: (args.workload.functions, args.workload.catalogue_seed),
+        ..Default::default()
+    };
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(cfg.iterations as u64)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta}] {msg}",
+        )
+        .expect("valid template"),
+    );
+    let mut last_eval = String::new();
+    let report = train(&topo, &cfg, |m: &IterMetrics| {
+        if let Some(e) = &m.eval {
+            last_eval = format!(" | eval mean {:.1} ms p99 {:.1} ms", e.mean_ms, e.p99_ms);
+        }
+        bar.set_message(format!(
+            "return {:.1} | train mean {:.1} ms{last_eval}",
+            m.mean_return, m.train_mean_ms
+        ));
+        bar.inc(1);
+    })?;
+    bar.finish();
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let bytes = crate::ppo::to_safetensors(report.policy.actor(), report.policy.critic())?;
+    std::fs::write(&args.out, bytes).with_context(|| format!("writing {}", args.out.display()))?;
+    let metrics_path = args
+        .metrics
+        .clone()
+        .unwrap_or_else(|| args.out.with_extension("metrics.csv"));
+    let mut csv = String::from(IterMetrics::CSV_HEADER);
+    csv.push('\n');
+    for m in &report.metrics {
+        csv.push_str(&m.csv_row());
+        csv.push('\n');
+    }
+    std::fs::write(&metrics_path, csv)
+        .with_context(|| format!("writing {}", metrics_path.display()))?;
+    println!(
+        "wrote {} and {}",
+        args.out.display(),
+        metrics_path.display()
+    );
+    Ok(())
+}
+
+/// Runs `geofaas train`: this build has no `train` feature, so it explains how to get one.
+#[cfg(not(feature = "train"))]
+pub fn run_train(_args: TrainArgs) -> anyhow::Result<()> {
+    bail!("this build has no PPO training: rebuild with the geofaas-scheduler feature `train`")
+}

@@ -1,0 +1,153 @@
+//! The fixed-size input of the PPO actor and critic, built from an [`Observation`].
+//!
+//! The actor does not score all nodes: the feasible (node, reuse|new) options are shortlisted to
+//! the [`SLOTS`] with the lowest estimated latency (infeasible options are masked by never being
+//! listed; empty slots are masked). Each slot gets [`OPT_FEATURES`] numbers and one shared MLP
+//! scores every slot, so the same weights serve 3 nodes or 125. The critic sees request-level
+//! numbers plus the best option's features ([`GLOBAL_FEATURES`]).
+
+use crate::model::{self, LinkModel};
+use crate::policy::{Action, Observation};
+use crate::workload::REF_PULL_MBPS;
+
+/// Options the actor chooses among.
+pub const SLOTS: usize = 12;
+/// Features per option slot.
+pub const OPT_FEATURES: usize = 16;
+/// Request-level features for the critic.
+pub const GLOBAL_FEATURES: usize = 8 + OPT_FEATURES;
+
+/// One featurized decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Featurized {
+    /// The action behind each slot (`None` = empty, masked).
+    pub actions: [Option<Action>; SLOTS],
+    /// Per-slot features, row-major `[SLOTS][OPT_FEATURES]`.
+    pub options: [[f32; OPT_FEATURES]; SLOTS],
+    /// Request-level features for the critic.
+    pub global: [f32; GLOBAL_FEATURES],
+}
+
+impl Featurized {
+    /// Number of usable slots.
+    pub fn len(&self) -> usize {
+        self.actions.iter().filter(|a| a.is_some()).count()
+    }
+
+    /// True when no option is feasible.
+    pub fn is_empty(&self) -> bool {
+        self.actions[0].is_none()
+    }
+}
+
+/// Builds the features of `obs` (the shortlist is ordered by estimated latency).
+pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
+    let mut est: Vec<(f64, Action, model::LatencyBreakdown)> = obs
+        .feasible_actions()
+        .map(|a| {
+            let b = obs.estimate(link, a);
+            (b.total(), a, b)
+        })
+        .collect();
+    let by = |x: &(f64, Action, model::LatencyBreakdown),
+              y: &(f64, Action, model::LatencyBreakdown)| {
+        x.0.total_cmp(&y.0)
+            .then(x.1.candidate.cmp(&y.1.candidate))
+            .then(x.1.new_container.cmp(&y.1.new_container))
+    };
+    if est.len() > SLOTS {
+        est.select_nth_unstable_by(SLOTS - 1, by);
+        est.truncate(SLOTS);
+    }
+    est.sort_unstable_by(by);
+    let r = &obs.request;
+    let slo = r.slo_ms.max(1.0);
+    let best = est.first().map_or(0.0, |e| e.0);
+    let mut out = Featurized {
+        actions: [None; SLOTS],
+        options: [[0.0; OPT_FEATURES]; SLOTS],
+        global: [0.0; GLOBAL_FEATURES],
+    };
+    for (i, (total, a, b)) in est.iter().enumerate() {
+        let c = &obs.candidates[a.candidate];
+        let mem = c.node.memory_mb.max(1.0);
+        let need = if a.new_container {
+            r.profile.memory_mb
+        } else {
+            0.0
+        };
+        out.actions[i] = Some(*a);
+        out.options[i] = [
+            (total / slo).min(20.0),
+            (1.0 + total / 10.0).ln(),
+            (b.cold_ms / 1000.0).min(20.0),
+            (b.comm_ms / 10.0).min(10.0),
+            (b.comp_ms / 100.0).min(10.0),
+            f64::from(u8::from(a.new_container)),
+            c.free_cores / c.node.cores.max(1e-9),
+            c.free_memory_mb / mem,
+            c.evictable_memory_mb / mem,
+            (need - c.free_memory_mb).max(0.0) / mem * 10.0,
+            f64::from(c.idle).ln_1p(),
+            f64::from(c.busy).ln_1p(),
+            f64::from(u8::from(*total > r.slo_ms)),
+            i as f64 / SLOTS as f64,
+            ((total - best) / slo).min(10.0),
+            ((total - best) / 10.0).ln_1p(),
+        ]
+        .map(|v| v as f32);
+    }
+    let head = [
+        r.slo_ms / 400.0,
+        r.profile.cpu_ms.ln_1p() / 5.0,
+        r.profile.cores,
+        r.profile.memory_mb / 2048.0,
+        model::cold_start_ms(&r.profile, REF_PULL_MBPS) / 1000.0,
+        r.input_kb / 1000.0,
+        est.len() as f64 / SLOTS as f64,
+        (best / slo).min(20.0),
+    ]
+    .map(|v| v as f32);
+    out.global[..8].copy_from_slice(&head);
+    out.global[8..].copy_from_slice(&out.options[0]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::{cand, obs};
+
+    #[test]
+    fn shortlist_is_sorted_feasible_and_masked() {
+        let o = obs(vec![
+            cand(0.0, 4.0, 10_000.0, 0),
+            cand(0.01, 4.0, 10_000.0, 1),
+            cand(0.02, 0.0, 0.0, 5),
+        ]);
+        let f = featurize(&LinkModel::default(), &o);
+        // Feasible: node 0 new, node 1 reuse, node 1 new. Node 2 has no free cores.
+        assert_eq!(f.len(), 3);
+        assert_eq!(
+            f.actions[0],
+            Some(Action {
+                candidate: 1,
+                new_container: false
+            })
+        );
+        assert!(f.actions[3..].iter().all(Option::is_none));
+        assert!(f.actions.iter().flatten().all(|a| o.is_feasible(*a)));
+        assert!(f.options[0][0] <= f.options[1][0] && f.options[1][0] <= f.options[2][0]);
+        assert_eq!(f.options[0][14], 0.0, "best option has zero gap");
+    }
+
+    #[test]
+    fn many_nodes_fill_all_slots() {
+        let cands = (0..40)
+            .map(|i| cand(f64::from(i) * 0.001, 4.0, 10_000.0, 1))
+            .collect();
+        let f = featurize(&LinkModel::default(), &obs(cands));
+        assert_eq!(f.len(), SLOTS);
+        assert_eq!(f.actions[0].unwrap().candidate, 0);
+    }
+}

@@ -1,0 +1,129 @@
+//! The observation a placement decision sees, the action it returns, and the [`Policy`] trait
+//! shared by the simulator and the live gateway.
+//!
+//! The action is the paper's multi-discrete pair (a1 = node, a2 = reuse a warm container or start
+//! a new one). "Reuse" is masked where the node has no idle warm container for the function; any
+//! choice is masked where the node lacks the cores, or (for a new container) the memory even
+//! after evicting idle containers.
+
+use crate::model::{self, FunctionProfile, GeoPoint, LatencyBreakdown, LinkModel, NodeSpec};
+
+/// One candidate node as the decision sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Static node description (location, cores, clock, memory, bandwidth, access delay).
+    pub node: NodeSpec,
+    /// Cores not used by running requests.
+    pub free_cores: f64,
+    /// Memory in MB not held by any container.
+    pub free_memory_mb: f64,
+    /// Memory in MB held by idle containers (of any function) that may be evicted.
+    pub evictable_memory_mb: f64,
+    /// Idle warm containers of the request's function on this node.
+    pub idle: u32,
+    /// Busy containers of the request's function on this node.
+    pub busy: u32,
+}
+
+/// The request being placed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestInfo {
+    /// Index of the function in the caller's catalogue (used only to group a decision window).
+    pub function_id: usize,
+    /// The function's profile.
+    pub profile: FunctionProfile,
+    /// Where the request comes from.
+    pub source: GeoPoint,
+    /// Payload size in KB.
+    pub input_kb: f64,
+    /// Latency objective in ms.
+    pub slo_ms: f64,
+}
+
+/// Everything a policy may look at for one decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The request.
+    pub request: RequestInfo,
+    /// Candidate nodes; [`Action::candidate`] indexes this list.
+    pub candidates: Vec<Candidate>,
+}
+
+/// A placement: which candidate, and whether to start a new container there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Action {
+    /// Index into [`Observation::candidates`].
+    pub candidate: usize,
+    /// Start a new container (cold start) instead of reusing an idle one.
+    pub new_container: bool,
+}
+
+impl Observation {
+    /// Whether `action` respects the capacity and reuse constraints.
+    pub fn is_feasible(&self, action: Action) -> bool {
+        let Some(c) = self.candidates.get(action.candidate) else {
+            return false;
+        };
+        let p = &self.request.profile;
+        if c.free_cores + 1e-9 < p.cores {
+            return false;
+        }
+        if action.new_container {
+            c.free_memory_mb + c.evictable_memory_mb + 1e-9 >= p.memory_mb
+        } else {
+            c.idle > 0
+        }
+    }
+
+    /// All feasible actions, candidate by candidate, reuse before new.
+    pub fn feasible_actions(&self) -> impl Iterator<Item = Action> + '_ {
+        (0..self.candidates.len())
+            .flat_map(|i| {
+                [false, true].map(|new_container| Action {
+                    candidate: i,
+                    new_container,
+                })
+            })
+            .filter(|a| self.is_feasible(*a))
+    }
+
+    /// Latency the model predicts for `action` (feasible or not).
+    pub fn estimate(&self, link: &LinkModel, action: Action) -> LatencyBreakdown {
+        let r = &self.request;
+        let c = &self.candidates[action.candidate];
+        model::latency(
+            link,
+            &r.profile,
+            r.input_kb,
+            &r.source,
+            &c.node,
+            action.new_container,
+        )
+    }
+}
+
+/// A placement policy. Object safe: hold it as `Arc<dyn Policy>`.
+pub trait Policy: Send + Sync {
+    /// Short name for tables and CSVs.
+    fn name(&self) -> &str;
+
+    /// Chooses a feasible action, or `None` when no candidate can take the request.
+    fn decide(&self, obs: &Observation) -> Option<Action>;
+
+    /// Look-ahead window in ms for policies that plan jointly (the MILP); `None` (the default)
+    /// decides request by request. With a window, the simulator calls [`Policy::decide_window`]
+    /// at every arrival with that request first and the requests arriving within the window
+    /// after it, and executes only the first action (rolling horizon).
+    fn window_ms(&self) -> Option<f64> {
+        None
+    }
+
+    /// Decides a window of requests jointly. All observations come from the same state snapshot
+    /// and list the same nodes in the same order. The default decides them one by one.
+    fn decide_window(&self, obs: &[Observation]) -> Vec<Option<Action>> {
+        obs.iter().map(|o| self.decide(o)).collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

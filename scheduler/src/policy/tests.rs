@@ -1,0 +1,114 @@
+//! Masking and baseline behaviour on hand-made observations.
+
+use super::*;
+use crate::baselines::{GreedyPolicy, NearestPolicy, RandomPolicy};
+
+pub(crate) fn profile() -> FunctionProfile {
+    FunctionProfile {
+        cpu_ms: 50.0,
+        cores: 1.0,
+        memory_mb: 512.0,
+        image_mb: 50.0,
+        init_ms: 300.0,
+        input_kb: 100.0,
+        slo_ms: 300.0,
+    }
+}
+
+pub(crate) fn cand(lon: f64, free_cores: f64, free_mem: f64, idle: u32) -> Candidate {
+    Candidate {
+        node: NodeSpec {
+            location: GeoPoint::new(0.0, lon),
+            cores: 8.0,
+            ghz: 3.0,
+            memory_mb: 16_000.0,
+            bandwidth_mbps: 1000.0,
+            access_ms: 0.0,
+        },
+        free_cores,
+        free_memory_mb: free_mem,
+        evictable_memory_mb: 0.0,
+        idle,
+        busy: 0,
+    }
+}
+
+pub(crate) fn obs(candidates: Vec<Candidate>) -> Observation {
+    Observation {
+        request: RequestInfo {
+            function_id: 0,
+            profile: profile(),
+            source: GeoPoint::new(0.0, 0.0),
+            input_kb: 100.0,
+            slo_ms: 300.0,
+        },
+        candidates,
+    }
+}
+
+#[test]
+fn reuse_needs_an_idle_container_and_new_needs_memory() {
+    let o = obs(vec![
+        cand(0.0, 4.0, 100.0, 0),
+        cand(0.01, 4.0, 10_000.0, 1),
+        cand(0.02, 0.5, 10_000.0, 3),
+    ]);
+    let a = |candidate, new_container| Action {
+        candidate,
+        new_container,
+    };
+    assert!(!o.is_feasible(a(0, false)), "no idle container");
+    assert!(!o.is_feasible(a(0, true)), "512 MB do not fit in 100 MB");
+    assert!(o.is_feasible(a(1, false)) && o.is_feasible(a(1, true)));
+    assert!(
+        !o.is_feasible(a(2, false)) && !o.is_feasible(a(2, true)),
+        "0.5 free cores < 1"
+    );
+    assert!(!o.is_feasible(a(7, false)), "out of range");
+    assert_eq!(o.feasible_actions().count(), 2);
+}
+
+#[test]
+fn evictable_memory_counts_for_new_containers() {
+    let mut c = cand(0.0, 4.0, 100.0, 0);
+    c.evictable_memory_mb = 500.0;
+    let o = obs(vec![c]);
+    assert!(o.is_feasible(Action {
+        candidate: 0,
+        new_container: true
+    }));
+}
+
+#[test]
+fn baselines_pick_what_they_promise() {
+    // Candidate 0 is at the source but has no warm container; candidate 1 is 1.1 km away and warm.
+    let o = obs(vec![
+        cand(0.0, 4.0, 10_000.0, 0),
+        cand(0.01, 4.0, 10_000.0, 1),
+    ]);
+    let nearest = NearestPolicy.decide(&o).unwrap();
+    assert_eq!(
+        nearest,
+        Action {
+            candidate: 0,
+            new_container: true
+        }
+    );
+    // Warm 1.1 km away (~3 ms) beats a 700 ms cold start next door.
+    let greedy = GreedyPolicy::default().decide(&o).unwrap();
+    assert_eq!(
+        greedy,
+        Action {
+            candidate: 1,
+            new_container: false
+        }
+    );
+    let r = RandomPolicy::new(1);
+    for _ in 0..20 {
+        assert!(o.is_feasible(r.decide(&o).unwrap()));
+    }
+    let full = obs(vec![cand(0.0, 0.0, 0.0, 0)]);
+    assert_eq!(GreedyPolicy::default().decide(&full), None);
+    assert_eq!(NearestPolicy.decide(&full), None);
+    assert_eq!(r.decide(&full), None);
+}

@@ -1,0 +1,253 @@
+//! Simulation topologies: the 125 EUA sites of Melbourne CBD with capacities generated as in the
+//! Scale paper, the GeoFaaS Berlin/Potsdam/London setup, and any geofaas topology file.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Result, SchedulerError};
+use crate::model::{FunctionProfile, GeoPoint, NodeSpec};
+
+/// The EUA Melbourne CBD edge sites (swinedge/eua-dataset, MIT; see `data/eua/LICENSE.MIT`).
+pub const EUA_MELBOURNE_CSV: &str = include_str!("../data/eua/site-optus-melbCBD.csv");
+/// Seed of the EUA capacity draw used for the shipped weights.
+pub const EUA_DEFAULT_SEED: u64 = 2026;
+
+/// Nodes a workload runs on, plus where requests come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Topology {
+    /// Short name (`melbourne`, `berlin`, or the file's zone).
+    pub name: String,
+    /// Candidate nodes, in a fixed order (the policy's candidate indices).
+    pub nodes: Vec<NodeSpec>,
+    /// Node names, parallel to `nodes`.
+    pub ids: Vec<String>,
+    /// Request source locations; the workload generator draws them Zipf-distributed.
+    pub sources: Vec<GeoPoint>,
+    /// Function profiles of a topology file (the generator draws its own when absent).
+    pub functions: Option<Vec<(String, FunctionProfile)>>,
+}
+
+/// One of the paper's 10 node types.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NodeType {
+    /// vCPU cores.
+    pub cores: f64,
+    /// Clock in GHz, in [2.4, 3.6].
+    pub ghz: f64,
+    /// Memory in MB, in [10, 30] GB.
+    pub memory_mb: f64,
+    /// Image pull bandwidth in Mbit/s.
+    pub bandwidth_mbps: f64,
+}
+
+/// Draws the 10 node types of the paper: CPU 2.4-3.6 GHz, memory 10-30 GB; cores in 2..=8
+/// and bandwidth 200-1000 Mbit/s (the paper gives no values: our choice, seeded).
+pub fn node_types(seed: u64) -> Vec<NodeType> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..10)
+        .map(|i| NodeType {
+            // Spread the clocks evenly so all ten types differ, then jitter.
+            ghz: 2.4 + 1.2 * (i as f64 + rng.gen::<f64>()) / 10.0,
+            memory_mb: rng.gen_range(10.0..=30.0_f64).round() * 1000.0,
+            cores: [2.0, 4.0, 6.0, 8.0][rng.gen_range(0..4)],
+            bandwidth_mbps: (rng.gen_range(200.0..=1000.0_f64) / 50.0).round() * 50.0,
+        })
+        .collect()
+}
+
+impl Topology {
+    /// Parses the EUA site CSV (`SITE_ID,LATITUDE,LONGITUDE,...`, CRLF or LF) into nodes; each
+    /// site gets one of the 10 node types uniformly at random (seeded). Sources = the sites.
+    pub fn eua(csv: &str, seed: u64) -> Result<Self> {
+        let types = node_types(seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+        let mut nodes = Vec::new();
+        let mut ids = Vec::new();
+        for (i, line) in csv.lines().enumerate().skip(1) {
+            let line = line.trim_end_matches('\r');
+            if line.is_empty() {
+                continue;
+            }
+            let cols: Vec<&str> = line.split(',').collect();
+            let bad = |m: &str| SchedulerError::parse(format!("EUA csv line {}", i + 1), m);
+            if cols.len() < 3 {
+                return Err(bad("fewer than 3 columns"));
+            }
+            let lat: f64 = cols[1].parse().map_err(|_| bad("LATITUDE"))?;
+            let lon: f64 = cols[2].parse().map_err(|_| bad("LONGITUDE"))?;
+            let t = types[rng.gen_range(0..types.len())];
+            ids.push(cols[0].to_owned());
+            nodes.push(NodeSpec {
+                location: GeoPoint::new(lat, lon),
+                cores: t.cores,
+                ghz: t.ghz,
+                memory_mb: t.memory_mb,
+                bandwidth_mbps: t.bandwidth_mbps,
+                access_ms: 0.0,
+            });
+        }
+        if nodes.is_empty() {
+            return Err(SchedulerError::Invalid("EUA csv has no sites".into()));
+        }
+        let sources = nodes.iter().map(|n| n.location).collect();
+        Ok(Self {
+            name: "melbourne".into(),
+            nodes,
+            ids,
+            sources,
+            functions: None,
+        })
+    }
+
+    /// The embedded 125-site Melbourne CBD topology with the default capacity seed.
+    pub fn melbourne() -> Self {
+        Self::eua(EUA_MELBOURNE_CSV, EUA_DEFAULT_SEED).expect("embedded EUA csv parses")
+    }
+
+    /// The GeoFaaS experiment topology (`data/geofaas-berlin/areas.json`): edges at TU Berlin and
+    /// Potsdam, the cloud in London (25 ms client RTT, so 12.5 ms one-way access delay).
+    /// Sources: 8 points on a 6 km ring around each edge centre.
+    pub fn berlin() -> Self {
+        let edge = |lat, lon| NodeSpec {
+            location: GeoPoint::new(lat, lon),
+            cores: 4.0,
+            ghz: 3.0,
+            memory_mb: 8_000.0,
+            bandwidth_mbps: 500.0,
+            access_ms: 0.0,
+        };
+        let mut cloud = edge(51.498593, -0.176959);
+        cloud.cores = 64.0;
+        cloud.memory_mb = 256_000.0;
+        cloud.bandwidth_mbps = 10_000.0;
+        cloud.access_ms = 12.5;
+        let nodes = vec![
+            edge(52.510057, 13.325043),
+            edge(52.354199, 13.055874),
+            cloud,
+        ];
+        Self {
+            name: "berlin".into(),
+            sources: ring_sources(&nodes[..2], 6.0, 8),
+            nodes,
+            ids: vec!["tu-berlin".into(), "potsdam".into(), "cloud".into()],
+            functions: None,
+        }
+    }
+
+    /// Builds a topology from a geofaas topology file: edge nodes get 8 cores / 16 GB / 3 GHz /
+    /// 1 Gbit/s, the cloud 64 cores / 256 GB / 10 Gbit/s and 12.5 ms access delay (the file has
+    /// no capacities); functions keep their profiles (1 core per request).
+    pub fn from_config(cfg: &geofaas_config::Topology) -> Result<Self> {
+        use geofaas_config::Role;
+        let nodes: Vec<NodeSpec> = cfg
+            .nodes
+            .iter()
+            .map(|n| {
+                let cloud = n.role == Role::Cloud;
+                NodeSpec {
+                    location: GeoPoint::new(n.location.lat, n.location.lon),
+                    cores: if cloud { 64.0 } else { 8.0 },
+                    ghz: 3.0,
+                    memory_mb: if cloud { 256_000.0 } else { 16_000.0 },
+                    bandwidth_mbps: if cloud { 10_000.0 } else { 1_000.0 },
+                    access_ms: if cloud { 12.5 } else { 0.0 },
+                }
+            })
+            .collect();
+        let edges: Vec<NodeSpec> = cfg
+            .nodes
+            .iter()
+            .zip(&nodes)
+            .filter(|(c, _)| c.role == Role::Edge)
+            .map(|(_, n)| *n)
+            .collect();
+        if nodes.is_empty() {
+            return Err(SchedulerError::Invalid("topology has no nodes".into()));
+        }
+        let functions = cfg
+            .functions
+            .iter()
+            .map(|f| {
+                let p = FunctionProfile {
+                    cpu_ms: f.cpu_ms,
+                    cores: 1.0,
+                    memory_mb: f.memory_mb,
+                    image_mb: f.image_mb,
+                    init_ms: f.init_ms,
+                    input_kb: f.input_kb,
+                    slo_ms: f.slo_ms,
+                };
+                (f.name.clone(), p)
+            })
+            .collect::<Vec<_>>();
+        let around = if edges.is_empty() { &nodes } else { &edges };
+        Ok(Self {
+            name: cfg.zone.trim_end_matches('.').to_owned(),
+            sources: ring_sources(around, 6.0, 8),
+            nodes,
+            ids: cfg.nodes.iter().map(|n| n.id.clone()).collect(),
+            functions: (!functions.is_empty()).then_some(functions),
+        })
+    }
+
+    /// Loads a geofaas topology file (TOML) with `geofaas_config::Topology::load`.
+    pub fn load_config(path: &std::path::Path) -> Result<Self> {
+        let cfg = geofaas_config::Topology::load(path)
+            .map_err(|e| SchedulerError::parse(path.display().to_string(), e.to_string()))?;
+        Self::from_config(&cfg)
+    }
+
+    /// Resolves a CLI name: `melbourne`, `berlin`, or a path to a topology file.
+    pub fn by_name(name: &str) -> Result<Self> {
+        match name {
+            "melbourne" | "eua" => Ok(Self::melbourne()),
+            "berlin" => Ok(Self::berlin()),
+            path => Self::load_config(std::path::Path::new(path)),
+        }
+    }
+}
+
+/// `per_node` points on a circle of `radius_km` around each node (plus the centre).
+fn ring_sources(nodes: &[NodeSpec], radius_km: f64, per_node: usize) -> Vec<GeoPoint> {
+    let mut out = Vec::new();
+    for n in nodes {
+        out.push(n.location);
+        for k in 0..per_node {
+            let a = std::f64::consts::TAU * k as f64 / per_node as f64;
+            let dlat = radius_km * a.cos() / 111.195;
+            let dlon = radius_km * a.sin() / (111.195 * n.location.lat.to_radians().cos());
+            out.push(GeoPoint::new(n.location.lat + dlat, n.location.lon + dlon));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn melbourne_has_125_sites_with_paper_capacities() {
+        let t = Topology::melbourne();
+        assert_eq!(t.nodes.len(), 125);
+        assert_eq!(t.ids[0], "10003026");
+        for n in &t.nodes {
+            assert!((2.4..=3.6).contains(&n.ghz), "{}", n.ghz);
+            assert!((10_000.0..=30_000.0).contains(&n.memory_mb));
+            assert!((-37.83..-37.80).contains(&n.location.lat));
+        }
+        let mut kinds: Vec<u64> = t.nodes.iter().map(|n| (n.ghz * 1e6) as u64).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), 10, "10 node types in use");
+    }
+
+    #[test]
+    fn berlin_has_two_edges_and_a_remote_cloud() {
+        let t = Topology::berlin();
+        assert_eq!(t.nodes.len(), 3);
+        assert_eq!(t.nodes[2].access_ms, 12.5);
+        assert_eq!(t.sources.len(), 18);
+    }
+}
