@@ -9,8 +9,10 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod local;
 
 pub use error::{Fault, InvokeError};
+pub use local::{LocalError, LocalRuntime, PoolStats};
 
 use std::time::{Duration, Instant};
 

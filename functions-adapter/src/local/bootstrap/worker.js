@@ -1,0 +1,141 @@
+// geofaas local runtime: warm nodejs worker for one tinyFaaS-format function folder.
+//
+// Started as `node worker.js <function-dir>`. Requires the folder once (the cold start;
+// `package.json` "main" or `index.js`, which must export `(req, res) => ...`), then
+// serves calls one at a time over stdin/stdout with length-prefixed frames:
+//
+//   request  (host -> worker): u32be len, headers JSON object; u32be len, raw body
+//   response (worker -> host): u8 kind, u32be len, payload
+//     kind 0 = output, 1 = the handler threw (payload: stack, worker stays usable),
+//     2 = ready, 3 = require failed (worker exits), 4 = failed and this worker retires.
+//
+// The protocol keeps the original stdout writer; process.stdout.write (and so
+// console.log) is pointed at stderr so the function's prints never corrupt the framing.
+"use strict";
+
+const path = require("path");
+
+const fnDir = path.resolve(process.argv[2]);
+const protoWrite = process.stdout.write.bind(process.stdout);
+process.stdout.write = process.stderr.write.bind(process.stderr);
+
+function send(kind, payload) {
+  const head = Buffer.alloc(5);
+  head.writeUInt8(kind, 0);
+  head.writeUInt32BE(payload.length, 1);
+  protoWrite(Buffer.concat([head, payload]));
+}
+
+// The stack, then the message on the last line (where the host looks for a summary).
+function describe(err) {
+  const text = err && err.stack ? `${err.stack}\n${err}` : String(err);
+  return Buffer.from(text, "utf8");
+}
+
+function encode(value) {
+  if (value === undefined || value === null) return Buffer.alloc(0);
+  if (Buffer.isBuffer(value)) return value;
+  if (typeof value === "string") return Buffer.from(value, "utf8");
+  if (typeof value === "object") return Buffer.from(JSON.stringify(value), "utf8");
+  return Buffer.from(String(value), "utf8");
+}
+
+let handler;
+try {
+  process.chdir(fnDir);
+  handler = require(fnDir);
+  if (typeof handler !== "function" && handler && typeof handler.default === "function") {
+    handler = handler.default;
+  }
+  if (typeof handler !== "function") {
+    throw new Error(`${fnDir} does not export a function (req, res) => ...`);
+  }
+} catch (err) {
+  send(3, describe(err));
+  process.exit(1);
+}
+
+let current = null; // the call in flight: { done(kind, payload) }
+
+process.on("uncaughtException", (err) => {
+  send(4, describe(err));
+  process.exit(1);
+});
+process.on("unhandledRejection", (err) => {
+  send(4, describe(err));
+  process.exit(1);
+});
+
+function run(headers, body) {
+  let finished = false;
+  const done = (kind, payload) => {
+    if (finished) return;
+    finished = true;
+    current = null;
+    send(kind, payload);
+    pump();
+  };
+  current = { done };
+  const req = {
+    method: "POST",
+    path: "/fn",
+    url: "/fn",
+    body: body.toString("utf8"),
+    rawBody: body,
+    headers,
+    get: (name) => headers[String(name).toLowerCase()],
+    header: (name) => headers[String(name).toLowerCase()],
+  };
+  const res = {
+    statusCode: 200,
+    status(code) { this.statusCode = code; return this; },
+    set() { return this; },
+    header() { return this; },
+    type() { return this; },
+    send(value) { done(this.statusCode >= 400 ? 1 : 0, encode(value)); return this; },
+    json(value) { done(this.statusCode >= 400 ? 1 : 0, Buffer.from(JSON.stringify(value), "utf8")); return this; },
+    end(value) { return this.send(value); },
+    sendStatus(code) { this.statusCode = code; return this.send(String(code)); },
+  };
+  try {
+    const ret = handler(req, res);
+    if (ret && typeof ret.then === "function") {
+      ret.then(undefined, (err) => done(1, describe(err)));
+    }
+  } catch (err) {
+    done(1, describe(err));
+  }
+}
+
+let pending = Buffer.alloc(0);
+
+function takeFrame(offset) {
+  if (pending.length < offset + 4) return null;
+  const len = pending.readUInt32BE(offset);
+  if (pending.length < offset + 4 + len) return null;
+  return { data: pending.subarray(offset + 4, offset + 4 + len), end: offset + 4 + len };
+}
+
+function pump() {
+  if (current !== null) return;
+  const head = takeFrame(0);
+  if (head === null) return;
+  const body = takeFrame(head.end);
+  if (body === null) return;
+  pending = pending.subarray(body.end);
+  let headers = {};
+  try {
+    headers = head.data.length ? JSON.parse(head.data.toString("utf8")) : {};
+  } catch (err) {
+    headers = {};
+  }
+  run(headers, Buffer.from(body.data));
+}
+
+process.stdin.on("data", (chunk) => {
+  pending = Buffer.concat([pending, chunk]);
+  pump();
+});
+process.stdin.on("end", () => process.exit(0));
+
+send(2, Buffer.alloc(0));

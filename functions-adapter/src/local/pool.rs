@@ -1,0 +1,112 @@
+//! Warm instances of one function, pooled with deadpool, and the keep-alive reaper.
+//!
+//! deadpool hands out an idle instance when there is one and creates one (a cold start) when
+//! none is idle and the pool is below `max_instances`; otherwise the caller queues until an
+//! instance is returned or its deadline passes. Recycling checks that the worker is still
+//! alive and has not outlived its keep-alive. A call that must run on a fresh instance
+//! ([`crate::ContainerChoice::New`]) sets a task-local flag for the duration of its `get`: if
+//! deadpool offers an idle instance, recycling replaces it with a newly started one (the idle
+//! process is stopped), so a forced cold start never grows the pool past its maximum.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
+
+use super::spec::FunctionSpec;
+use super::worker::{Launch, StartError, Worker};
+
+tokio::task_local! {
+    /// Set while a `ContainerChoice::New` call is getting its instance.
+    pub(crate) static FORCE_NEW: bool;
+}
+
+/// The pool of one function's instances.
+pub(crate) type WorkerPool = managed::Pool<WorkerManager>;
+
+/// Creates and recycles instances of one function.
+#[derive(Debug)]
+pub(crate) struct WorkerManager {
+    pub spec: Arc<FunctionSpec>,
+    pub launch: Arc<Launch>,
+    pub keep_alive: Duration,
+}
+
+impl managed::Manager for WorkerManager {
+    type Type = Worker;
+    type Error = StartError;
+
+    async fn create(&self) -> Result<Worker, StartError> {
+        let worker = Worker::start(&self.spec, &self.launch).await?;
+        tracing::debug!(function = %self.spec.name, pid = ?worker.pid(), "instance started");
+        Ok(worker)
+    }
+
+    async fn recycle(&self, worker: &mut Worker, _: &Metrics) -> RecycleResult<StartError> {
+        if !worker.is_alive() {
+            return Err(RecycleError::message("worker exited"));
+        }
+        if worker.idle_since.elapsed() >= self.keep_alive {
+            return Err(RecycleError::message("keep-alive expired"));
+        }
+        if FORCE_NEW.try_with(|force| *force).unwrap_or(false) {
+            let fresh = Worker::start(&self.spec, &self.launch).await?;
+            tracing::debug!(
+                function = %self.spec.name,
+                old = ?worker.pid(),
+                new = ?fresh.pid(),
+                "new instance requested: replacing an idle one"
+            );
+            // The replaced worker is dropped here, which kills its process group.
+            *worker = fresh;
+        }
+        Ok(())
+    }
+}
+
+/// Builds the pool of one function.
+pub(crate) fn build(manager: WorkerManager, max_instances: usize) -> Result<WorkerPool, String> {
+    managed::Pool::builder(manager)
+        .max_size(max_instances)
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Stops idle instances that outlived `keep_alive`; returns how many were stopped.
+pub(crate) fn evict_idle(pool: &WorkerPool, keep_alive: Duration) -> usize {
+    let removed = pool.retain(|worker, _| worker.idle_since.elapsed() < keep_alive);
+    let count = removed.removed.len();
+    if count > 0 {
+        tracing::debug!(function = %pool.manager().spec.name, count, "idle instances stopped");
+    }
+    count
+}
+
+/// How often the reaper looks for expired instances: a quarter of the keep-alive, clamped.
+pub(crate) fn reap_interval(keep_alive: Duration) -> Duration {
+    (keep_alive / 4).clamp(Duration::from_millis(20), Duration::from_secs(5))
+}
+
+/// Runs until `owner` is gone or `stop` fires, evicting expired idle instances of `pools`.
+pub(crate) async fn reaper<T: Send + Sync + 'static>(
+    owner: Weak<T>,
+    pools: impl Fn(&T) -> Vec<WorkerPool> + Send + 'static,
+    keep_alive: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(reap_interval(keep_alive));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let Some(owner) = owner.upgrade() else {
+            return;
+        };
+        for pool in pools(&owner) {
+            evict_idle(&pool, keep_alive);
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! One instance of a function: a warm worker process (python3, nodejs) or a prepared slot
+//! (binary), and the framed protocol spoken with the worker bootstraps.
+//!
+//! Frames (see `bootstrap/worker.py`): a request is `u32be len + headers JSON`, then
+//! `u32be len + body`; a reply is `u8 kind + u32be len + payload`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::proc::{self, StderrTail};
+use super::spec::{FunctionSpec, Runtime};
+use crate::InvokeError;
+
+const KIND_OUTPUT: u8 = 0;
+const KIND_RAISED: u8 = 1;
+const KIND_READY: u8 = 2;
+const KIND_INIT_FAILED: u8 = 3;
+const KIND_RETIRE: u8 = 4;
+/// Largest import-error report read from a starting worker.
+const MAX_INIT_REPORT: usize = 64 * 1024;
+/// How long a dying worker gets to exit and flush stderr before we stop waiting for it.
+const DEATH_GRACE: Duration = Duration::from_millis(500);
+
+/// How to start workers: interpreters, bootstrap scripts and limits.
+#[derive(Debug)]
+pub(crate) struct Launch {
+    pub python: PathBuf,
+    pub node: PathBuf,
+    pub python_bootstrap: PathBuf,
+    pub node_bootstrap: PathBuf,
+    pub memory_limit_mb: u64,
+    pub max_output_bytes: usize,
+}
+
+/// Why a new instance could not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// The interpreter could not be executed at all.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The function failed to load (syntax error, missing export, died during import).
+    #[error("{message}")]
+    Init { message: String, report: String },
+}
+
+impl StartError {
+    /// The call-level error for a failed start of `function`.
+    pub(crate) fn into_invoke(self, function: &str) -> InvokeError {
+        match self {
+            StartError::Spawn { .. } => {
+                InvokeError::Unavailable(format!("local runtime, function {function}: {self}"))
+            }
+            StartError::Init { message, report } => InvokeError::FunctionFailed {
+                message: format!("function {function} failed to start: {message}"),
+                body: Some(Bytes::from(report)),
+            },
+        }
+    }
+}
+
+/// The result of one call and whether the instance may serve another.
+pub(crate) struct CallResult {
+    pub result: Result<Bytes, InvokeError>,
+    pub keep: bool,
+    /// Time the call spent starting a process (binary runtime; zero for warm workers).
+    pub startup: Duration,
+}
+
+impl CallResult {
+    fn from_worker(result: Result<Bytes, InvokeError>, keep: bool) -> Self {
+        Self {
+            result,
+            keep,
+            startup: Duration::ZERO,
+        }
+    }
+}
+
+/// One pooled instance of a function.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    process: Option<ProcWorker>,
+    /// Start-up time of this instance, until its first call reports it as a cold start.
+    pub cold: Option<Duration>,
+    /// When this instance last finished a call (or started).
+    pub idle_since: Instant,
+}
+
+impl Worker {
+    /// Starts an instance: for python3 and nodejs a worker process that has imported the
+    /// function; for binary an empty slot (its first exec will be reported as the cold start).
+    pub(crate) async fn start(spec: &FunctionSpec, launch: &Launch) -> Result<Self, StartError> {
+        let started = Instant::now();
+        let process = match spec.runtime {
+            Runtime::Binary => None,
+            Runtime::Python3 | Runtime::Nodejs => Some(ProcWorker::start(spec, launch).await?),
+        };
+        Ok(Self {
+            process,
+            cold: Some(started.elapsed()),
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// PID of the worker process (none for a binary slot).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.pid)
+    }
+
+    /// Whether the instance can take a call (its process has not exited).
+    pub(crate) fn is_alive(&mut self) -> bool {
+        match &mut self.process {
+            Some(p) => p
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None))),
+            None => true,
+        }
+    }
+
+    /// Runs one call on this instance.
+    pub(crate) async fn call(
+        &mut self,
+        spec: &FunctionSpec,
+        launch: &Launch,
+        headers: &[u8],
+        body: &[u8],
+    ) -> CallResult {
+        match &mut self.process {
+            Some(p) => p.call(headers, body, launch.max_output_bytes).await,
+            None => super::binary::run(spec, launch, body).await,
+        }
+    }
+}
+
+/// A running python3 or nodejs worker.
+#[derive(Debug)]
+struct ProcWorker {
+    /// Always `Some` until dropped (taken so the drop can reap it in the background).
+    child: Option<Child>,
+    pid: u32,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: StderrTail,
+}
+
+impl ProcWorker {
+    async fn start(spec: &FunctionSpec, launch: &Launch) -> Result<Self, StartError> {
+        let (program, script) = match spec.runtime {
+            Runtime::Nodejs => (&launch.node, &launch.node_bootstrap),
+            _ => (&launch.python, &launch.python_bootstrap),
+        };
+        let args = [script.as_os_str(), spec.dir.as_os_str()];
+        let mut cmd = proc::command(
+            program.as_os_str(),
+            &args,
+            &spec.dir,
+            launch.memory_limit_mb,
+        );
+        let spawn_err = |source| StartError::Spawn {
+            program: program.display().to_string(),
+            source,
+        };
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+        let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
+        let pid = child.id().ok_or_else(missing)?;
+        let stdin = child.stdin.take().ok_or_else(missing)?;
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(missing)?);
+        let stderr = child.stderr.take().ok_or_else(missing)?;
+        let stderr = StderrTail::capture(stderr, Arc::from(spec.name.as_str()), pid);
+        let mut worker = Self {
+            child: Some(child),
+            pid,
+            stdin,
+            stdout,
+            stderr,
+        };
+        match worker.read_reply(MAX_INIT_REPORT).await {
+            Ok((KIND_READY, _)) => Ok(worker),
+            Ok((KIND_INIT_FAILED, report)) => {
+                let report = String::from_utf8_lossy(&report).into_owned();
+                Err(StartError::Init {
+                    message: proc::summary("import failed", &report),
+                    report,
+                })
+            }
+            Ok((kind, _)) => Err(StartError::Init {
+                message: format!("worker sent frame kind {kind} before ready"),
+                report: String::new(),
+            }),
+            Err(_) => {
+                let (message, report) = worker.death().await;
+                Err(StartError::Init { message, report })
+            }
+        }
+    }
+
+    async fn call(&mut self, headers: &[u8], body: &[u8], limit: usize) -> CallResult {
+        if self.send(headers, body).await.is_err() {
+            return self.died().await;
+        }
+        match self.read_reply(limit).await {
+            Ok((KIND_OUTPUT, out)) => CallResult::from_worker(Ok(out), true),
+            Ok((kind @ (KIND_RAISED | KIND_RETIRE), report)) => {
+                let text = String::from_utf8_lossy(&report);
+                let message = proc::summary("the function raised", &text);
+                let failed = InvokeError::FunctionFailed {
+                    message,
+                    body: Some(report),
+                };
+                CallResult::from_worker(Err(failed), kind == KIND_RAISED)
+            }
+            Ok((kind, _)) => {
+                let bad = InvokeError::Protocol(format!("worker sent frame kind {kind}"));
+                CallResult::from_worker(Err(bad), false)
+            }
+            Err(ReadError::TooLarge) => {
+                CallResult::from_worker(Err(InvokeError::OutputTooLarge { limit }), false)
+            }
+            Err(ReadError::Eof) => self.died().await,
+        }
+    }
+
+    async fn send(&mut self, headers: &[u8], body: &[u8]) -> std::io::Result<()> {
+        for part in [headers, body] {
+            let len = u32::try_from(part.len())
+                .map_err(|_| std::io::Error::other("request part larger than 4 GiB"))?;
+            self.stdin.write_all(&len.to_be_bytes()).await?;
+            self.stdin.write_all(part).await?;
+        }
+        self.stdin.flush().await
+    }
+
+    async fn read_reply(&mut self, limit: usize) -> Result<(u8, Bytes), ReadError> {
+        let mut head = [0u8; 5];
+        self.stdout
+            .read_exact(&mut head)
+            .await
+            .map_err(|_| ReadError::Eof)?;
+        let [kind, a, b, c, d] = head;
+        let len = usize::try_from(u32::from_be_bytes([a, b, c, d])).unwrap_or(usize::MAX);
+        if len > limit {
+            return Err(ReadError::TooLarge);
+        }
+        let mut payload = vec![0u8; len];
+        self.stdout
+            .read_exact(&mut payload)
+            .await
+            .map_err(|_| ReadError::Eof)?;
+        Ok((kind, Bytes::from(payload)))
+    }
+
+    /// The worker closed its pipes mid-call: a crash, `exit()`, or a kill by the memory limit.
+    async fn died(&mut self) -> CallResult {
+        let (message, report) = self.death().await;
+        let failed = InvokeError::FunctionFailed {
+            message,
+            body: Some(Bytes::from(report)),
+        };
+        CallResult::from_worker(Err(failed), false)
+    }
+
+    /// Waits briefly for a dying worker and describes its end: (summary, stderr tail).
+    async fn death(&mut self) -> (String, String) {
+        let how = match &mut self.child {
+            Some(child) => match tokio::time::timeout(DEATH_GRACE, child.wait()).await {
+                Ok(Ok(status)) => proc::describe_exit(status),
+                _ => "stopped answering".to_owned(),
+            },
+            None => "is gone".to_owned(),
+        };
+        let stderr = self.stderr.finish(DEATH_GRACE).await;
+        let message = proc::summary(&format!("worker process {} {how}", self.pid), &stderr);
+        (message, stderr)
+    }
+}
+
+impl Drop for ProcWorker {
+    fn drop(&mut self) {
+        proc::kill_group(self.pid);
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = child.start_kill();
+        // Reap the killed process so it does not linger as a zombie; without a runtime,
+        // `kill_on_drop` hands it to tokio's orphan reaper instead.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let pid = self.pid;
+            handle.spawn(async move {
+                let _ = child.wait().await;
+                tracing::trace!(pid, "worker reaped");
+            });
+        }
+    }
+}
+
+enum ReadError {
+    Eof,
+    TooLarge,
+}

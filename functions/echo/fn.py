@@ -1,0 +1,5 @@
+"""echo: returns its input unchanged (an empty body gives an empty output)."""
+
+
+def fn(input, headers):
+    return input
