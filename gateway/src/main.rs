@@ -1,2 +1,22 @@
-//! The `geofaas` binary.
-fn main() {}
+//! The `geofaas` binary: parses flags, sets up logging, runs the command.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,hickory_server=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = geofaas_gateway::cli::Cli::parse();
+    match geofaas_gateway::cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

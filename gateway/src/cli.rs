@@ -1,0 +1,136 @@
+//! Command-line interface of the `geofaas` binary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use geofaas_config::Topology;
+
+use crate::node::NodeOptions;
+use crate::tls::TlsMaterial;
+
+/// geofaas: a geo-aware edge-to-cloud Function-as-a-Service platform.
+#[derive(Debug, Parser)]
+#[command(name = "geofaas", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole Berlin demo on this machine: geo DNS plus a tu-berlin, a potsdam and a cloud node.
+    Up(crate::up::UpArgs),
+    /// Run one node of a topology (for real multi-machine deployments).
+    Node(NodeArgs),
+    /// Run the geo DNS server of a topology alone.
+    Dns(geofaas_dns::DnsArgs),
+}
+
+/// Arguments of `geofaas node`.
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// Topology file (TOML).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// Id of the node to run, as in the topology.
+    #[arg(long, short)]
+    pub node: String,
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up(args) => crate::up::run(args).await,
+        Command::Node(args) => run_node(args).await,
+        Command::Dns(args) => geofaas_dns::run_cli(args).await,
+    }
+}
+
+async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let topology = Arc::new(Topology::load(&args.config)?);
+    for w in topology.service_map()?.warnings() {
+        tracing::warn!("{w}");
+    }
+    let node = topology.node(&args.node).with_context(|| {
+        format!(
+            "{}: no node {:?}; nodes are {:?}",
+            topology.source,
+            args.node,
+            topology.nodes.iter().map(|n| &n.id).collect::<Vec<_>>()
+        )
+    })?;
+    let tls_cfg = topology.tls.as_ref().with_context(|| {
+        format!(
+            "{}: [tls] cert and key are required to run a node",
+            topology.source
+        )
+    })?;
+    let tls = TlsMaterial::load(
+        &topology.resolve(&tls_cfg.cert),
+        &topology.resolve(&tls_cfg.key),
+        tls_cfg.ca.as_ref().map(|p| topology.resolve(p)).as_deref(),
+    )?;
+    let env = &topology.security.offload_secret_env;
+    let secret = std::env::var(env).ok().filter(|s| !s.is_empty());
+    if secret.is_none() {
+        tracing::warn!("{env} is not set: this node will neither offload to nor accept offloads from other nodes");
+    }
+    let locator = match &topology.geoip {
+        Some(g) => {
+            let db = geofaas_dns::GeoDb::open(&topology.resolve(&g.mmdb))?;
+            Some(Arc::new(crate::MmdbLocator(db)) as Arc<dyn geofaas_config::GeoLocator>)
+        }
+        None => None,
+    };
+    let opts = NodeOptions {
+        offload_secret: secret.map(String::into_bytes),
+        ca_pem: Some(tls.ca_pem.clone().into_bytes()),
+        locator,
+        metrics: crate::up::install_metrics(),
+    };
+    let listener = tokio::net::TcpListener::bind(node.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (node[{}].listen)",
+                node.listen, node.id
+            )
+        })?;
+    tracing::info!(node = %node.id, listen = %node.listen, url = %node.public_url, "node up");
+    crate::run_node(
+        topology.clone(),
+        &args.node,
+        listener,
+        &tls,
+        opts,
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

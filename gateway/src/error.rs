@@ -1,0 +1,112 @@
+//! The one error type of the HTTP API: a status and a stable JSON body
+//! `{"error": {"code", "message"}}` that names the bad input and leaks no internals.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use geofaas_functions::InvokeError;
+
+/// An error answered to an HTTP client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code, e.g. `unknown_function`.
+    pub code: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// No node serves the function.
+    pub fn unknown_function(name: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_function",
+            format!("no node serves a function named {name:?}; GET /functions lists them"),
+        )
+    }
+
+    /// A request header that could not be used.
+    pub fn bad_header(header: &str, value: &str, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_header",
+            format!("header {header}: {value:?}: {why}"),
+        )
+    }
+
+    /// The request body exceeds the configured limit.
+    pub fn body_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    /// A call that failed on every backend that could take it (and on the cloud).
+    pub fn from_invoke(function: &str, err: &InvokeError) -> Self {
+        match err {
+            InvokeError::UnknownFunction(_) => Self::unknown_function(function),
+            InvokeError::Timeout(d) => Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!(
+                    "function {function:?} did not answer within {} ms",
+                    d.as_millis()
+                ),
+            ),
+            InvokeError::FunctionFailed { message, .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "function_failed",
+                format!("function {function:?} failed: {message}"),
+            ),
+            InvokeError::OutputTooLarge { limit } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "output_too_large",
+                format!("function {function:?} returned more than {limit} bytes"),
+            ),
+            InvokeError::Overloaded { .. } | InvokeError::CircuitOpen => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!("no backend can take {function:?} now; retry later"),
+            ),
+            _ => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "backend_failed",
+                format!("the backends of {function:?} failed"),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}

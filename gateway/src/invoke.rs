@@ -1,0 +1,169 @@
+//! Running one call: the local backends in order, then the cloud.
+//!
+//! A backend that fails for any reason but the client's (crash, timeout, unknown to this edge,
+//! down, overloaded) hands the call to the next backend, then to the cloud, so the client sees
+//! an answer whenever any node can give one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use bytes::Bytes;
+use geofaas_functions::{ContainerChoice, Invocation, InvokeError, InvokeOutput};
+
+use crate::error::ApiError;
+use crate::node::NodeState;
+
+/// Header naming the node that ran the function.
+pub const SERVED_BY: &str = "x-served-by";
+/// Header telling whether the call paid a cold start.
+pub const COLD_START: &str = "x-cold-start";
+
+/// One call as received.
+#[derive(Debug)]
+pub struct Call {
+    /// Function name.
+    pub function: String,
+    /// HTTP method (forwarded on offload).
+    pub method: Method,
+    /// Path and query (forwarded on offload).
+    pub path_and_query: String,
+    /// Headers the function may see.
+    pub headers: HeaderMap,
+    /// Raw body.
+    pub body: Bytes,
+    /// When the gateway received the call.
+    pub received: Instant,
+    /// Time spent deciding where to serve it.
+    pub route_time: Duration,
+}
+
+/// Runs the call here, failing over to the next backend and then the cloud.
+pub async fn run(state: &Arc<NodeState>, call: Call) -> Result<Response<Body>, ApiError> {
+    let deadline = call.received + state.call_timeout();
+    let permit = match state.cloud {
+        // An edge at capacity offloads instead of queueing the client behind other calls.
+        Some(_) => state.admission.try_acquire().ok(),
+        None => tokio::time::timeout_at(deadline.into(), state.admission.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok),
+    };
+    let overloaded = permit.is_none();
+    let mut last_err: Option<InvokeError> = None;
+    if !overloaded {
+        let queued = call.received.elapsed().saturating_sub(call.route_time);
+        match try_backends(state, &call, deadline).await {
+            Ok(out) => return Ok(local_response(state, &call, out, queued)),
+            Err(e) => last_err = e,
+        }
+    } else {
+        tracing::info!(function = %call.function, "edge at capacity: offloading");
+        metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "overloaded").increment(1);
+    }
+    drop(permit);
+    if let Some(cloud) = &state.cloud {
+        if last_err.is_some() {
+            metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "backend_failed").increment(1);
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        return cloud
+            .forward(
+                &call.method,
+                &call.path_and_query,
+                &call.headers,
+                call.body,
+                remaining,
+            )
+            .await;
+    }
+    Err(match last_err {
+        Some(e) => ApiError::from_invoke(&call.function, &e),
+        None if overloaded => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "the node is at capacity; retry later",
+        ),
+        None => ApiError::unknown_function(&call.function),
+    })
+}
+
+/// Tries each backend that serves the function; `Err(None)` when none does.
+async fn try_backends(
+    state: &NodeState,
+    call: &Call,
+    deadline: Instant,
+) -> Result<InvokeOutput, Option<InvokeError>> {
+    let mut last = None;
+    for backend in &state.backends {
+        if !backend
+            .list()
+            .await
+            .is_ok_and(|l| l.iter().any(|f| *f == call.function))
+        {
+            continue;
+        }
+        let inv = Invocation {
+            function: call.function.clone(),
+            body: call.body.clone(),
+            headers: call.headers.clone(),
+            deadline,
+            container: ContainerChoice::Any,
+        };
+        let started = Instant::now();
+        let result = backend.invoke(inv).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) if e.is_retryable() => "retryable",
+            Err(_) => "failed",
+        };
+        metrics::counter!("geofaas_backend_calls_total", "node" => state.id.clone(), "backend" => backend.kind(), "outcome" => outcome).increment(1);
+        match result {
+            Ok(out) => return Ok(out),
+            Err(e) => {
+                tracing::warn!(function = %call.function, backend = backend.kind(), error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last)
+}
+
+fn local_response(
+    state: &NodeState,
+    call: &Call,
+    out: InvokeOutput,
+    queued: Duration,
+) -> Response<Body> {
+    let timing = format!(
+        "route;dur={:.3}, queue;dur={:.3}, cold;dur={:.3}, exec;dur={:.3}",
+        ms(call.route_time),
+        ms(queued),
+        ms(out.cold),
+        ms(out.exec)
+    );
+    let content_type = out
+        .content_type
+        .as_deref()
+        .and_then(|c| HeaderValue::from_str(c).ok())
+        .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
+    let mut resp = Response::new(Body::from(out.body));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type);
+    if let Ok(v) = HeaderValue::from_str(&state.id) {
+        h.insert(SERVED_BY, v);
+    }
+    h.insert(
+        COLD_START,
+        HeaderValue::from_static(if out.cold_start { "true" } else { "false" }),
+    );
+    if let Ok(v) = HeaderValue::from_str(&timing) {
+        h.insert("server-timing", v);
+    }
+    resp
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,130 @@
+//! One running node: its place in the topology, its backends, and the link to the cloud.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use geofaas_config::{GeoLocator, Role, ServiceMap, Topology};
+use geofaas_functions::{FunctionBackend, Health};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::Semaphore;
+
+use crate::auth::OffloadKey;
+use crate::offload::CloudLink;
+
+/// What a node needs besides the topology.
+#[derive(Clone, Default)]
+pub struct NodeOptions {
+    /// Shared secret for offloaded calls; without it this node neither sends nor accepts offloads.
+    pub offload_secret: Option<Vec<u8>>,
+    /// PEM of the CA that signed the other gateways' certificates (node-to-node calls trust it).
+    pub ca_pem: Option<Vec<u8>>,
+    /// IP geolocation for clients that send no location header.
+    pub locator: Option<Arc<dyn GeoLocator>>,
+    /// Prometheus exporter handle, rendered at `/metrics`.
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// The shared state of one gateway node.
+pub struct NodeState {
+    /// This node's id.
+    pub id: String,
+    /// Edge or cloud.
+    pub role: Role,
+    /// The whole topology (functions and settings).
+    pub topology: Arc<Topology>,
+    /// Area lookup for handovers.
+    pub map: ServiceMap,
+    /// Backends in order of preference.
+    pub backends: Vec<Arc<dyn FunctionBackend>>,
+    /// The cloud gateway, for edges that offload.
+    pub cloud: Option<CloudLink>,
+    /// Verifies offload credentials of calls from other nodes.
+    pub key: Option<OffloadKey>,
+    /// IP geolocation, when configured.
+    pub locator: Option<Arc<dyn GeoLocator>>,
+    /// Calls running here; an edge that cannot get a permit offloads instead of queueing.
+    pub admission: Semaphore,
+    /// Cleared when the node starts shutting down, so `/readyz` tells DNS to stop sending clients.
+    pub ready: AtomicBool,
+    /// Prometheus handle for `/metrics`.
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl std::fmt::Debug for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeState")
+            .field("id", &self.id)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeState {
+    /// Builds the state of node `id` with already-built backends.
+    pub fn new(
+        topology: Arc<Topology>,
+        id: &str,
+        backends: Vec<Arc<dyn FunctionBackend>>,
+        opts: NodeOptions,
+    ) -> anyhow::Result<Self> {
+        let node = topology
+            .node(id)
+            .ok_or_else(|| anyhow::anyhow!("{}: no node with id {id:?}", topology.source))?;
+        let map = topology.service_map()?;
+        let key = opts.offload_secret.as_deref().map(OffloadKey::new);
+        let cloud = match (node.role, &key) {
+            (Role::Edge, Some(key)) => Some(CloudLink::new(
+                map.cloud(),
+                id,
+                key.clone(),
+                opts.ca_pem.as_deref(),
+            )?),
+            _ => None,
+        };
+        Ok(Self {
+            id: id.to_owned(),
+            role: node.role,
+            admission: Semaphore::new(topology.gateway.max_concurrent_calls.max(1)),
+            map,
+            backends,
+            cloud,
+            key,
+            locator: opts.locator,
+            ready: AtomicBool::new(true),
+            metrics: opts.metrics,
+            topology,
+        })
+    }
+
+    /// Deadline of one call.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.topology.gateway.call_timeout_ms)
+    }
+
+    /// Whether any node may serve `name`: the topology lists it or a local backend has it.
+    pub async fn knows(&self, name: &str) -> bool {
+        if self.topology.function(name).is_some() {
+            return true;
+        }
+        for b in &self.backends {
+            if b.list().await.is_ok_and(|l| l.iter().any(|f| f == name)) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether the node takes calls: not shutting down and at least one backend healthy.
+    pub async fn is_ready(&self) -> bool {
+        if !self.ready.load(Ordering::Relaxed) {
+            return false;
+        }
+        for b in &self.backends {
+            if b.health().await == Health::Healthy {
+                return true;
+            }
+        }
+        false
+    }
+}

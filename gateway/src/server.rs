@@ -1,0 +1,80 @@
+//! Serving a router over TLS on a bound listener until a shutdown future resolves,
+//! with HTTP/1.1 and HTTP/2 chosen by ALPN and in-flight requests drained on shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use crate::routes::ClientAddr;
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long in-flight requests get to finish after shutdown starts.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `router` on `listener` with TLS until `shutdown` resolves, then drains connections.
+pub async fn serve_tls(
+    listener: TcpListener,
+    router: Router,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let service =
+                router.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(ClientAddr(remote));
+                    req.map(axum::body::Body::new)
+                });
+            let service = hyper_util::service::TowerToHyperService::new(service);
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%remote, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections did not finish within the drain timeout");
+    }
+    Ok(())
+}
