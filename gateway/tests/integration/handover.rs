@@ -1,0 +1,133 @@
+//! Geo routing: served in the area, 307 to the responsible node otherwise, body kept across it.
+
+use crate::cluster::Cluster;
+
+const BERLIN: &str = "52.51,13.32";
+const POTSDAM: &str = "52.40,13.06";
+const LONDON: &str = "51.50,-0.12";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_in_the_area_is_served_here() {
+    let c = Cluster::start(1 << 20).await;
+    let resp = c
+        .client
+        .get(format!("{}/fn/sieve", c.url("tu-berlin")))
+        .header("X-Client-Location", BERLIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-served-by"], "tu-berlin");
+    assert_eq!(resp.headers()["x-cold-start"], "true");
+    assert!(resp.headers()["server-timing"]
+        .to_str()
+        .unwrap()
+        .contains("exec;dur="));
+    assert_eq!(resp.text().await.unwrap(), "Found 1229 primes under 10000");
+    let again = c
+        .client
+        .get(format!("{}/fn/sieve", c.url("tu-berlin")))
+        .header("X-Client-Location", BERLIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        again.headers()["x-cold-start"],
+        "false",
+        "the second call reuses the warm worker"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_areas_get_a_307_to_the_responsible_node() {
+    let c = Cluster::start(1 << 20).await;
+    for (loc, target) in [(POTSDAM, "potsdam"), (LONDON, "cloud")] {
+        let resp = c
+            .client
+            .get(format!("{}/fn/sieve?n=1", c.url("tu-berlin")))
+            .header("X-Client-Location", loc)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 307, "{loc}");
+        assert_eq!(
+            resp.headers()["location"],
+            format!("{}/fn/sieve?n=1", c.url(target)).as_str()
+        );
+    }
+    // The cloud hands Berlin clients back to their edge.
+    let resp = c
+        .client
+        .get(format!("{}/fn/sieve", c.url("cloud")))
+        .header("X-Client-Location", BERLIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 307);
+    assert_eq!(
+        resp.headers()["location"],
+        format!("{}/fn/sieve", c.url("tu-berlin")).as_str()
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_body_survives_the_handover() {
+    let c = Cluster::start(1 << 20).await;
+    let body = "a POST body that must reach potsdam \u{1F30D}";
+    let resp = c
+        .following
+        .post(format!("{}/fn/echo", c.url("tu-berlin")))
+        .header("X-Client-Location", POTSDAM)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-served-by"], "potsdam");
+    assert_eq!(resp.text().await.unwrap(), body);
+    let resp = c
+        .following
+        .post(format!("{}/fn/echo", c.url("potsdam")))
+        .header("X-Client-Location", LONDON)
+        .body("to london")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-served-by"], "cloud");
+    assert_eq!(resp.text().await.unwrap(), "to london");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_location_the_receiving_node_serves() {
+    let c = Cluster::start(1 << 20).await;
+    let resp = c
+        .client
+        .get(format!("{}/fn/sieve", c.url("potsdam")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-served-by"], "potsdam");
+    let resp = c
+        .client
+        .get(format!("{}/registry", c.url("potsdam")))
+        .send()
+        .await
+        .unwrap();
+    let reg: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(reg["self"], "potsdam");
+    assert_eq!(reg["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        c.client
+            .get(format!("{}/readyz", c.url("cloud")))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    c.stop().await;
+}
