@@ -1,1 +1,32 @@
-//! placeholder
+//! geofaas geo DNS: an authoritative server for the topology's zone that answers `gw.<zone>` with the
+//! nearest healthy edge gateway to each client.
+//!
+//! The client is located by the EDNS Client Subnet (ECS) address of the query, else by the resolver's
+//! source address, in a MaxMind-format database (GeoIP2/GeoLite2 City or DB-IP's flat schema). The
+//! answer is the edge whose service area contains the point, else the nearest edge within
+//! `dns.max_distance_km`, else the cloud, skipping gateways whose `/readyz` probe failed.
+//!
+//! Modules: [`geoip`] reads the database, [`mod@route`] ranks the nodes for a location, [`health`]
+//! tracks and probes gateway readiness, [`ecs`] validates the ECS option (RFC 7871), [`handler`] answers
+//! queries on hickory-server, [`server`] binds and runs it, [`cli`] is `geofaas dns`, and [`demo`] writes
+//! the demo database `geofaas up` uses.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod demo;
+pub mod ecs;
+mod error;
+pub mod geoip;
+pub mod handler;
+pub mod health;
+pub mod route;
+pub mod server;
+
+pub use cli::{run_cli, DnsArgs};
+pub use demo::{write_demo_mmdb, write_mmdb, MmdbEntry, MmdbSchema};
+pub use error::DnsError;
+pub use geoip::GeoDb;
+pub use handler::GeoHandler;
+pub use health::HealthTable;
+pub use server::{serve, DnsOptions, DnsServer, HealthMode};

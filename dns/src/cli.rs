@@ -1,0 +1,53 @@
+//! `geofaas dns`: run the geo DNS server alone.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use geofaas_config::Topology;
+
+use crate::server::{serve, DnsOptions};
+
+/// Flags of `geofaas dns`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DnsArgs {
+    /// Topology file.
+    #[arg(long, short = 'c', env = "GEOFAAS_CONFIG")]
+    pub config: PathBuf,
+    /// GeoIP database (GeoLite2/DB-IP City `.mmdb`) instead of the topology's `geoip.mmdb`.
+    #[arg(long)]
+    pub mmdb: Option<PathBuf>,
+    /// UDP and TCP address to serve on instead of the topology's `dns.listen`.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// PEM CA the gateway health probes trust instead of the topology's `tls.ca`.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// Write the demo database (RFC 5737 ranges in Berlin, Potsdam, London) to this path and use it.
+    #[arg(long, conflicts_with = "mmdb")]
+    pub demo_mmdb: Option<PathBuf>,
+}
+
+/// Loads the topology and serves until Ctrl-C.
+pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
+    let topology = Topology::load(&args.config)?;
+    let mut mmdb = args.mmdb;
+    if let Some(path) = args.demo_mmdb {
+        crate::demo::write_demo_mmdb(&path)?;
+        mmdb = Some(path);
+    }
+    let opts = DnsOptions {
+        mmdb,
+        ca_pem: args.ca,
+        listen: args.listen,
+        ..DnsOptions::default()
+    };
+    let shutdown = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    serve(&topology, opts, shutdown)
+        .await
+        .with_context(|| format!("geo DNS for {}", args.config.display()))
+}

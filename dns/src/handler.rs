@@ -1,0 +1,287 @@
+//! The hickory-server [`RequestHandler`] that answers the whole zone.
+//!
+//! `gw.<zone>` A/AAAA is the nearest healthy gateway to the client; `<node-id>.<zone>` is that node;
+//! the apex has SOA and NS (`ns.<zone>`, with an A/AAAA record when the server listens on a specific
+//! address). Other names in the zone are NXDOMAIN, names outside it REFUSED, and recursion is never
+//! offered. A hickory zone handler cannot set the ECS scope of a response, so this handler answers
+//! everything itself instead of delegating to a `Catalog`: the zone is a handful of precomputed records.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use hickory_server::net::runtime::Time;
+use hickory_server::proto::op::{
+    Edns, Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode,
+};
+use hickory_server::proto::rr::rdata::opt::{ClientSubnet as HickorySubnet, EdnsOption};
+use hickory_server::proto::rr::rdata::{A, AAAA, NS, SOA};
+use hickory_server::proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
+use hickory_server::zone_handler::MessageResponseBuilder;
+
+use crate::ecs::{find_client_subnet, ClientSubnet};
+use crate::geoip::{GeoDb, NetKey};
+use crate::health::HealthTable;
+use crate::route::{Ranking, Router};
+
+mod answer;
+mod metrics;
+
+use answer::Answer;
+use metrics::Metrics;
+
+/// Largest UDP payload this server advertises and uses (the DNS Flag Day 2020 value).
+const MAX_PAYLOAD: u16 = 1232;
+
+/// Database networks whose ranking is kept; a GeoLite2-City file has a few million, hot ones stay.
+const CACHE_ENTRIES: u64 = 100_000;
+
+/// What a name in the zone stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Apex,
+    Gateway,
+    NameServer,
+    Node(usize),
+}
+
+/// A and AAAA records of one node under one owner name.
+#[derive(Clone, Debug, Default)]
+struct AddrRecords {
+    a: Option<Record>,
+    aaaa: Option<Record>,
+}
+
+impl AddrRecords {
+    fn new(
+        owner: &Name,
+        ttl: u32,
+        v4: Option<std::net::Ipv4Addr>,
+        v6: Option<std::net::Ipv6Addr>,
+    ) -> Self {
+        Self {
+            a: v4.map(|ip| Record::from_rdata(owner.clone(), ttl, RData::A(A(ip)))),
+            aaaa: v6.map(|ip| Record::from_rdata(owner.clone(), ttl, RData::AAAA(AAAA(ip)))),
+        }
+    }
+
+    fn get(&self, rtype: RecordType) -> Option<&Record> {
+        match rtype {
+            RecordType::A => self.a.as_ref(),
+            RecordType::AAAA => self.aaaa.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// Answers the topology's zone; see the module docs.
+pub struct GeoHandler {
+    zone: LowerName,
+    names: HashMap<LowerName, Target>,
+    soa: Record,
+    ns: Record,
+    ns_addr: AddrRecords,
+    gateway: Vec<AddrRecords>,
+    node: Vec<AddrRecords>,
+    router: Router,
+    health: HealthTable,
+    geo: Option<GeoDb>,
+    cache: moka::sync::Cache<NetKey, Ranking>,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for GeoHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GeoHandler")
+            .field("zone", &self.zone)
+            .field("geo", &self.geo)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GeoHandler {
+    /// Builds the handler for `zone` (with trailing dot) from a routing table, the shared health flags,
+    /// an optional database (without one every client is unlocated and gets the cloud), the TTL of
+    /// answers in seconds, and the address the server listens on (for `ns.<zone>`).
+    pub fn new(
+        zone: &str,
+        router: Router,
+        health: HealthTable,
+        geo: Option<GeoDb>,
+        ttl: u32,
+        listen: Option<IpAddr>,
+    ) -> Result<Self, crate::DnsError> {
+        let bad = |e: hickory_server::proto::ProtoError| {
+            crate::DnsError::Topology(format!("zone {zone:?}: {e}"))
+        };
+        let apex = Name::from_ascii(zone).map_err(bad)?;
+        let child = |label: &str| {
+            Name::from_ascii(label)
+                .and_then(|l| l.append_domain(&apex))
+                .map_err(bad)
+        };
+        let (gw, ns_name) = (child("gw")?, child("ns")?);
+        let mut names = HashMap::new();
+        let mut node = Vec::new();
+        for (i, n) in router.nodes().iter().enumerate() {
+            let owner = child(&n.id)?;
+            node.push(AddrRecords::new(&owner, ttl, n.v4, n.v6));
+            names.insert(LowerName::new(&owner), Target::Node(i));
+        }
+        // The fixed names win over node ids that collide with them.
+        names.insert(LowerName::new(&apex), Target::Apex);
+        names.insert(LowerName::new(&gw), Target::Gateway);
+        if names
+            .insert(LowerName::new(&ns_name), Target::NameServer)
+            .is_some()
+        {
+            tracing::warn!("a node named \"ns\" is shadowed by the zone's name server name");
+        }
+        let gateway = router
+            .nodes()
+            .iter()
+            .map(|n| AddrRecords::new(&gw, ttl, n.v4, n.v6))
+            .collect();
+        let hostmaster = child("hostmaster")?;
+        let soa = SOA::new(ns_name.clone(), hostmaster, 1, 3600, 600, 86_400, ttl);
+        let (v4, v6) = match listen.filter(|ip| !ip.is_unspecified()) {
+            Some(IpAddr::V4(ip)) => (Some(ip), None),
+            Some(IpAddr::V6(ip)) => (None, Some(ip)),
+            None => (None, None),
+        };
+        let metrics = Metrics::new(router.nodes());
+        Ok(Self {
+            zone: LowerName::new(&apex),
+            names,
+            soa: Record::from_rdata(apex.clone(), ttl, RData::SOA(soa)),
+            ns: Record::from_rdata(apex, ttl, RData::NS(NS(ns_name.clone()))),
+            ns_addr: AddrRecords::new(&ns_name, ttl, v4, v6),
+            gateway,
+            node,
+            router,
+            health,
+            geo,
+            cache: moka::sync::Cache::new(CACHE_ENTRIES),
+            metrics,
+        })
+    }
+
+    /// The node `gw.<zone>` gives this client, and the ECS scope prefix of that answer.
+    fn choose(&self, src: IpAddr, ecs: Option<&ClientSubnet>) -> (usize, u8) {
+        let (ip, from_ecs) = match ecs {
+            Some(e) if e.source_prefix > 0 => (e.addr, true),
+            _ => (src.to_canonical(), false),
+        };
+        let Some(geo) = &self.geo else {
+            return (self.router.pick(&[], &self.health), 0);
+        };
+        let located = geo.locate_with(
+            ip,
+            |net| self.cache.get(net),
+            |loc| self.router.ranking(loc),
+        );
+        match located {
+            Ok((net, ranking)) => {
+                if !self.cache.contains_key(&net) {
+                    self.cache.insert(net, ranking.clone());
+                }
+                let scope = if from_ecs { net.1 } else { 0 };
+                (self.router.pick(&ranking, &self.health), scope)
+            }
+            Err(e) => {
+                tracing::debug!(%ip, error = %e, "client not located");
+                (self.router.pick(&[], &self.health), 0)
+            }
+        }
+    }
+
+    /// Works out the answer to a decoded, single-question query.
+    fn answer(&self, request: &Request, ecs: Option<&ClientSubnet>) -> Answer<'_> {
+        let Ok(info) = request.request_info() else {
+            return Answer::error(ResponseCode::FormErr);
+        };
+        let (qname, qtype) = (info.query.name(), info.query.query_type());
+        if info.query.query_class() != DNSClass::IN || !self.zone.zone_of(qname) {
+            return Answer::error(ResponseCode::Refused);
+        }
+        let Some(&target) = self.names.get(qname) else {
+            return Answer::negative(ResponseCode::NXDomain, &self.soa);
+        };
+        let record = match target {
+            Target::Apex => match qtype {
+                RecordType::SOA => Some(&self.soa),
+                RecordType::NS => Some(&self.ns),
+                _ => None,
+            },
+            Target::NameServer => self.ns_addr.get(qtype),
+            Target::Node(i) => self.node.get(i).and_then(|r| r.get(qtype)),
+            Target::Gateway if matches!(qtype, RecordType::A | RecordType::AAAA) => {
+                let (node, scope) = self.choose(request.src().ip(), ecs);
+                self.metrics.answered(node);
+                let record = self.gateway.get(node).and_then(|r| r.get(qtype));
+                return Answer::records(record, &self.soa, scope);
+            }
+            Target::Gateway => None,
+        };
+        Answer::records(record, &self.soa, 0)
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for GeoHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        mut response_handle: R,
+    ) -> ResponseInfo {
+        let mut edns = request.edns.as_ref().map(|_| {
+            let mut e = Edns::new();
+            e.set_max_payload(MAX_PAYLOAD);
+            e
+        });
+        let ecs = match request.edns.as_ref() {
+            Some(_) => find_client_subnet(request.as_slice()),
+            None => Ok(None),
+        };
+        let answer = if request.metadata.message_type != MessageType::Query
+            || request.metadata.op_code != OpCode::Query
+        {
+            Answer::error(ResponseCode::NotImp)
+        } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
+            Answer::error(ResponseCode::BADVERS)
+        } else {
+            match &ecs {
+                Err(e) => {
+                    tracing::debug!(src = %request.src(), error = %e, "FORMERR: bad ECS option");
+                    Answer::error(ResponseCode::FormErr)
+                }
+                Ok(ecs) => self.answer(request, ecs.as_ref()),
+            }
+        };
+        if let (Some(edns), Ok(Some(ecs))) = (edns.as_mut(), &ecs) {
+            let mut echo = HickorySubnet::new(ecs.addr, ecs.source_prefix, answer.scope);
+            echo.set_scope_prefix(answer.scope);
+            edns.options_mut().insert(EdnsOption::Subnet(echo));
+        }
+        self.metrics.rcode(answer.rcode);
+        let mut metadata = Metadata::response_from_request(&request.metadata);
+        metadata.authoritative = answer.rcode != ResponseCode::Refused;
+        metadata.response_code = answer.rcode;
+        let mut builder = MessageResponseBuilder::new(&request.queries, None);
+        if let Some(edns) = &edns {
+            builder.edns(edns);
+        }
+        let response = builder.build(metadata, answer.answer, None, answer.soa, None);
+        match response_handle.send_response(response).await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not send response");
+                metadata.response_code = ResponseCode::ServFail;
+                ResponseInfo::from(Header {
+                    metadata,
+                    counts: HeaderCounts::default(),
+                })
+            }
+        }
+    }
+}
