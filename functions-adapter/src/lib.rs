@@ -1,17 +1,28 @@
 //! Function backends: the one trait the gateway calls, and one module per kind of backend.
 //!
 //! - [`local`]: the embedded runtime (tinyFaaS-format folders run as warm worker processes);
-//! - `tinyfaas`, `openwhisk`, `lambda`: adapters speaking each platform's wire protocol.
+//! - [`tinyfaas`], [`openwhisk`], [`lambda`]: adapters speaking each platform's wire protocol;
+//! - [`breaker`] and [`catalog`]: [`Guarded`] puts a circuit breaker and a cached function list
+//!   in front of any backend; [`build_backend`] builds a guarded backend from the topology.
 //!
 //! Every failure is an [`InvokeError`] classified by whose fault it is and whether
 //! a retry elsewhere may help, so the gateway fails over without string matching.
 
 #![forbid(unsafe_code)]
 
+pub mod breaker;
+pub mod catalog;
 mod error;
+mod factory;
+mod http_common;
+pub mod lambda;
 pub mod local;
+pub mod openwhisk;
+pub mod tinyfaas;
 
+pub use breaker::{BreakerSettings, BreakerState, CircuitBreaker, Guarded};
 pub use error::{Fault, InvokeError};
+pub use factory::{build_backend, BuildError};
 pub use local::{LocalError, LocalRuntime, PoolStats};
 
 use std::time::{Duration, Instant};

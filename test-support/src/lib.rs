@@ -1,1 +1,13 @@
-//! placeholder
+//! Shared fakes and helpers for geofaas tests (never linked into the product).
+//!
+//! - [`server`]: run an axum router on `127.0.0.1:0` and kill it, connections included;
+//! - [`tinyfaas`]: a protocol-faithful fake tinyFaaS (proxy + manager);
+//! - [`openwhisk`]: a protocol-faithful fake Apache OpenWhisk controller;
+//! - [`peers`]: start real third-party peers (serverless-offline, moto) as child processes.
+
+#![forbid(unsafe_code)]
+
+pub mod openwhisk;
+pub mod peers;
+pub mod server;
+pub mod tinyfaas;

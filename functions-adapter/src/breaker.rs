@@ -1,0 +1,238 @@
+//! A circuit breaker and [`Guarded`], the wrapper that puts one (and a cached function list,
+//! see [`crate::catalog`]) in front of any [`FunctionBackend`].
+//!
+//! Closed: calls pass; `failure_threshold` consecutive backend or network failures open it.
+//! Open: calls fail at once with [`InvokeError::CircuitOpen`] until `cool_down` has passed.
+//! Half-open: one probe call (or a healthy health probe) is let through; success closes the
+//! breaker, failure opens it for another cool-down. A function's own failure or a client's
+//! mistake says the backend is alive and counts as success.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::catalog::Catalog;
+use crate::{Fault, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
+
+/// Breaker tuning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerSettings {
+    /// Consecutive failures that open the breaker (at least 1).
+    pub failure_threshold: u32,
+    /// How long an open breaker rejects calls before letting one probe through.
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 5,
+            cool_down: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The breaker's state, for logs, metrics and health reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls pass.
+    Closed,
+    /// Calls are rejected until the cool-down ends.
+    Open,
+    /// One probe call is in flight or may start.
+    HalfOpen,
+}
+
+#[derive(Debug)]
+enum State {
+    Closed { failures: u32 },
+    Open { until: Instant },
+    HalfOpen { probing: bool },
+}
+
+/// A consecutive-failure circuit breaker (tokio clock, so tests can pause time).
+#[derive(Debug)]
+pub struct CircuitBreaker {
+    settings: BreakerSettings,
+    state: Mutex<State>,
+}
+
+/// Leave to make one call; report its outcome with [`Permit::record`]. A probe permit dropped
+/// without a report (the call was cancelled) re-opens the breaker.
+#[derive(Debug)]
+#[must_use]
+pub struct Permit<'a> {
+    breaker: &'a CircuitBreaker,
+    probe: bool,
+    recorded: bool,
+}
+
+impl CircuitBreaker {
+    /// A closed breaker.
+    pub fn new(settings: BreakerSettings) -> Self {
+        Self {
+            settings,
+            state: Mutex::new(State::Closed { failures: 0 }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Current state (an open breaker whose cool-down ended reads as half-open).
+    pub fn state(&self) -> BreakerState {
+        match *self.lock() {
+            State::Closed { .. } => BreakerState::Closed,
+            State::Open { until } if Instant::now() < until => BreakerState::Open,
+            State::Open { .. } | State::HalfOpen { .. } => BreakerState::HalfOpen,
+        }
+    }
+
+    /// A permit to call, or [`InvokeError::CircuitOpen`] if the backend is being skipped.
+    pub fn admit(&self) -> Result<Permit<'_>, InvokeError> {
+        let mut state = self.lock();
+        let probe = match *state {
+            State::Closed { .. } => false,
+            State::Open { until } if Instant::now() < until => {
+                return Err(InvokeError::CircuitOpen)
+            }
+            State::Open { .. } | State::HalfOpen { probing: false } => {
+                *state = State::HalfOpen { probing: true };
+                true
+            }
+            State::HalfOpen { probing: true } => return Err(InvokeError::CircuitOpen),
+        };
+        Ok(Permit {
+            breaker: self,
+            probe,
+            recorded: false,
+        })
+    }
+
+    /// Records a success seen outside a call (e.g. a healthy health probe after the cool-down).
+    pub fn on_success(&self) {
+        *self.lock() = State::Closed { failures: 0 };
+    }
+
+    /// Records a failure seen outside a call.
+    pub fn on_failure(&self) {
+        let mut state = self.lock();
+        let failures = match *state {
+            State::Closed { failures } => failures + 1,
+            State::Open { .. } | State::HalfOpen { .. } => u32::MAX,
+        };
+        *state = if failures >= self.settings.failure_threshold.max(1) {
+            State::Open {
+                until: Instant::now() + self.settings.cool_down,
+            }
+        } else {
+            State::Closed { failures }
+        };
+    }
+}
+
+/// Whether an error says the backend itself is in trouble (as opposed to the function or the
+/// request).
+pub fn counts_against_backend(err: &InvokeError) -> bool {
+    matches!(err.fault(), Fault::Backend | Fault::Network)
+}
+
+impl Permit<'_> {
+    /// Reports the call's outcome.
+    pub fn record<T>(mut self, outcome: &Result<T, InvokeError>) {
+        self.recorded = true;
+        match outcome {
+            Err(err) if counts_against_backend(err) => self.breaker.on_failure(),
+            _ => self.breaker.on_success(),
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if self.probe && !self.recorded {
+            self.breaker.on_failure();
+        }
+    }
+}
+
+/// A backend behind a circuit breaker and a cached function list. Use it for every backend
+/// the gateway calls, local or remote.
+#[derive(Debug)]
+pub struct Guarded<B> {
+    inner: B,
+    breaker: CircuitBreaker,
+    catalog: Catalog,
+}
+
+impl<B: FunctionBackend> Guarded<B> {
+    /// Wraps `inner`; its function list is cached for `list_refresh`.
+    pub fn new(inner: B, breaker: BreakerSettings, list_refresh: Duration) -> Self {
+        Self {
+            inner,
+            breaker: CircuitBreaker::new(breaker),
+            catalog: Catalog::new(list_refresh),
+        }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The breaker.
+    pub fn breaker(&self) -> &CircuitBreaker {
+        &self.breaker
+    }
+
+    /// Whether the (cached) function list names `function`.
+    pub async fn serves(&self, function: &str) -> Result<bool, InvokeError> {
+        Ok(self.list().await?.iter().any(|f| f == function))
+    }
+}
+
+#[async_trait]
+impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError> {
+        let permit = self.breaker.admit()?;
+        let outcome = self.inner.invoke(call).await;
+        permit.record(&outcome);
+        if matches!(outcome, Err(InvokeError::UnknownFunction(_))) {
+            // The cached list may be stale; ask again next time.
+            self.catalog.invalidate().await;
+        }
+        outcome
+    }
+
+    async fn list(&self) -> Result<Vec<String>, InvokeError> {
+        self.catalog.get(|| self.inner.list()).await
+    }
+
+    async fn health(&self) -> Health {
+        if self.breaker.state() == BreakerState::Open {
+            return Health::Unhealthy("circuit open after repeated failures".to_owned());
+        }
+        let health = self.inner.health().await;
+        match &health {
+            Health::Healthy if self.breaker.state() == BreakerState::HalfOpen => {
+                self.breaker.on_success()
+            }
+            Health::Unhealthy(_) if self.breaker.state() == BreakerState::HalfOpen => {
+                self.breaker.on_failure()
+            }
+            _ => {}
+        }
+        health
+    }
+}
+
+#[cfg(test)]
+#[path = "breaker_tests.rs"]
+mod tests;

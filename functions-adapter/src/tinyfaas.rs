@@ -1,0 +1,228 @@
+//! The tinyFaaS adapter (OpenFogStack/tinyFaaS).
+//!
+//! Calls go to the proxy, `POST {url}/{name}` with the raw body and the call's headers; the
+//! function list comes from the manager's `GET {manager_url}/list` (one name per line); a
+//! function folder is deployed with `POST {manager_url}/upload`
+//! `{"name","env","threads","zip":<base64>}`.
+//!
+//! tinyFaaS answers `200` even when the function failed and never times a call out, so every
+//! call runs under the caller's deadline (capped by `timeout_ms`), and a `200` whose body is
+//! empty (`fail_on_empty`) or starts with the function's `failure_marker` is reported as
+//! [`InvokeError::FunctionFailed`].
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use geofaas_config::function::valid_function_name;
+use geofaas_config::{FunctionConfig, TinyfaasBackend};
+use http::StatusCode;
+use reqwest::Url;
+
+use crate::factory::BuildError;
+use crate::http_common::{self, Reply, PROBE_TIMEOUT};
+use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
+
+/// Budget of a deploy (building the function's image can take a while).
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Talks to one tinyFaaS node.
+#[derive(Debug)]
+pub struct TinyfaasAdapter {
+    client: reqwest::Client,
+    url: Url,
+    manager_url: Url,
+    timeout: Duration,
+    fail_on_empty: bool,
+    markers: HashMap<String, String>,
+}
+
+impl TinyfaasAdapter {
+    /// An adapter for the node `cfg` describes; `functions` supply the failure markers.
+    pub fn new(cfg: &TinyfaasBackend, functions: &[FunctionConfig]) -> Result<Self, BuildError> {
+        Ok(Self {
+            client: http_common::client().map_err(BuildError::client)?,
+            url: http_common::base(&cfg.url),
+            manager_url: http_common::base(&cfg.manager_url),
+            timeout: Duration::from_millis(cfg.timeout_ms),
+            fail_on_empty: cfg.fail_on_empty,
+            markers: functions
+                .iter()
+                .filter_map(|f| Some((f.name.clone(), f.failure_marker.clone()?)))
+                .collect(),
+        })
+    }
+
+    fn endpoint(base: &Url, path: &str) -> Result<Url, InvokeError> {
+        base.join(path)
+            .map_err(|e| InvokeError::Protocol(format!("bad URL {base}{path}: {e}")))
+    }
+
+    /// Uploads the function folder `dir` as function `name` (`env`: `python3`, `nodejs`,
+    /// `binary`, …; `threads`: handler instances).
+    pub async fn deploy(
+        &self,
+        name: &str,
+        dir: &Path,
+        env: &str,
+        threads: u32,
+    ) -> Result<(), InvokeError> {
+        if !valid_function_name(name) {
+            return Err(InvokeError::UnknownFunction(name.to_owned()));
+        }
+        let dir = dir.to_owned();
+        let zip = tokio::task::spawn_blocking(move || zip_folder(&dir))
+            .await
+            .map_err(|e| InvokeError::Protocol(format!("zipping the function folder: {e}")))?
+            .map_err(|e| InvokeError::Protocol(format!("zipping the function folder: {e}")))?;
+        let body = serde_json::json!({
+            "name": name,
+            "env": env,
+            "threads": threads,
+            "zip": base64::engine::general_purpose::STANDARD.encode(zip),
+        });
+        let url = Self::endpoint(&self.manager_url, "upload")?;
+        let reply = http_common::send(self.client.post(url).json(&body), DEPLOY_TIMEOUT).await?;
+        if reply.status != StatusCode::OK {
+            return Err(InvokeError::Unavailable(format!(
+                "tinyFaaS upload answered {}: {}",
+                reply.status,
+                http_common::excerpt(&reply.body)
+            )));
+        }
+        Ok(())
+    }
+
+    fn classify(
+        &self,
+        function: &str,
+        reply: Reply,
+        started: Instant,
+    ) -> Result<InvokeOutput, InvokeError> {
+        match reply.status {
+            StatusCode::OK => {
+                self.check_body(function, &reply.body)?;
+                Ok(InvokeOutput {
+                    content_type: http_common::content_type(&reply.headers),
+                    body: reply.body,
+                    exec: started.elapsed(),
+                    ..InvokeOutput::default()
+                })
+            }
+            // Accepted for asynchronous execution (`X-tinyFaaS-Async`).
+            StatusCode::ACCEPTED => Ok(InvokeOutput {
+                exec: started.elapsed(),
+                ..InvokeOutput::default()
+            }),
+            StatusCode::NOT_FOUND => Err(InvokeError::UnknownFunction(function.to_owned())),
+            status if status.is_server_error() => Err(InvokeError::Unavailable(format!(
+                "tinyFaaS proxy answered {status} (function handler unreachable)"
+            ))),
+            status => Err(InvokeError::Protocol(format!(
+                "tinyFaaS proxy answered {status}"
+            ))),
+        }
+    }
+
+    /// tinyFaaS reports failures as `200`: apply the topology's rules.
+    fn check_body(&self, function: &str, body: &[u8]) -> Result<(), InvokeError> {
+        if self.fail_on_empty && body.is_empty() {
+            return Err(InvokeError::FunctionFailed {
+                message: format!("{function} returned an empty body"),
+                body: None,
+            });
+        }
+        if let Some(marker) = self.markers.get(function) {
+            if body.starts_with(marker.as_bytes()) {
+                return Err(InvokeError::FunctionFailed {
+                    message: format!("{function} reported a failure"),
+                    body: Some(bytes::Bytes::copy_from_slice(body)),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl FunctionBackend for TinyfaasAdapter {
+    fn kind(&self) -> &'static str {
+        "tinyfaas"
+    }
+
+    async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError> {
+        // The name becomes a path segment: only plain names may pass.
+        if !valid_function_name(&call.function) {
+            return Err(InvokeError::UnknownFunction(call.function));
+        }
+        let url = Self::endpoint(&self.url, &call.function)?;
+        let mut request = self.client.post(url).body(call.body.clone());
+        for (name, value) in http_common::forwardable(&call.headers) {
+            request = request.header(name, value);
+        }
+        let budget = http_common::budget(&call, self.timeout);
+        let started = Instant::now();
+        let reply = http_common::send(request, budget).await?;
+        self.classify(&call.function, reply, started)
+    }
+
+    async fn list(&self) -> Result<Vec<String>, InvokeError> {
+        let url = Self::endpoint(&self.manager_url, "list")?;
+        let reply = http_common::send(self.client.get(url), PROBE_TIMEOUT).await?;
+        if reply.status != StatusCode::OK {
+            return Err(InvokeError::Unavailable(format!(
+                "tinyFaaS list answered {}",
+                reply.status
+            )));
+        }
+        let text = String::from_utf8_lossy(&reply.body);
+        Ok(text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+
+    async fn health(&self) -> Health {
+        // The manager must list, and the proxy must answer at all (404 for `/` is fine).
+        if let Err(err) = self.list().await {
+            return Health::Unhealthy(format!("manager: {err}"));
+        }
+        let probe = self.client.get(self.url.clone());
+        match http_common::send(probe, PROBE_TIMEOUT).await {
+            Ok(_) => Health::Healthy,
+            Err(err) => Health::Unhealthy(format!("proxy: {err}")),
+        }
+    }
+}
+
+/// Zips the files of a function folder (relative paths, stored uncompressed).
+fn zip_folder(dir: &Path) -> std::io::Result<Vec<u8>> {
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .unix_permissions(0o755);
+    let mut stack = vec![dir.to_owned()];
+    while let Some(folder) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&folder)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(dir).unwrap_or(&path);
+            writer
+                .start_file(rel.to_string_lossy(), options)
+                .map_err(std::io::Error::other)?;
+            writer.write_all(&std::fs::read(&path)?)?;
+        }
+    }
+    let cursor = writer.finish().map_err(std::io::Error::other)?;
+    Ok(cursor.into_inner())
+}

@@ -1,0 +1,19 @@
+//! Integration tests of the remote backends: tinyFaaS and OpenWhisk against protocol-faithful
+//! fakes (`geofaas-test-support`), Lambda against real peers (serverless-offline, moto).
+//!
+//! The Lambda tests need `npm ci --prefix functions-adapter/tests/peers/serverless` and
+//! `pip install 'moto[server]'`; without them they fail unless `GEOFAAS_SKIP_PEERS=1`.
+
+mod lambda_moto;
+mod lambda_serverless;
+mod openwhisk;
+mod tinyfaas;
+
+use std::time::Duration;
+
+use geofaas_functions::Invocation;
+
+/// A call to `function` with `body` and a deadline `timeout` from now.
+pub fn call(function: &str, body: &'static str, timeout: Duration) -> Invocation {
+    Invocation::new(function, body, timeout)
+}
