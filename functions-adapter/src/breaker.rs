@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::catalog::Catalog;
 use crate::{Fault, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
@@ -201,8 +202,14 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError> {
-        let permit = self.breaker.admit()?;
-        let outcome = self.inner.invoke(call).await;
+        let span = tracing::debug_span!("backend_call", backend = self.inner.kind(), function = %call.function);
+        let permit = self.breaker.admit().inspect_err(|_| {
+            tracing::debug!(parent: &span, "skipped: circuit open");
+        })?;
+        let outcome = self.inner.invoke(call).instrument(span.clone()).await;
+        if let Err(err) = &outcome {
+            tracing::debug!(parent: &span, error = %err, fault = ?err.fault(), "backend call failed");
+        }
         permit.record(&outcome);
         if matches!(outcome, Err(InvokeError::UnknownFunction(_))) {
             // The cached list may be stale; ask again next time.

@@ -4,6 +4,8 @@
 //! The Lambda tests need `npm ci --prefix functions-adapter/tests/peers/serverless` and
 //! `pip install 'moto[server]'`; without them they fail unless `GEOFAAS_SKIP_PEERS=1`.
 
+mod docs;
+mod lambda_errors;
 mod lambda_moto;
 mod lambda_serverless;
 mod openwhisk;
