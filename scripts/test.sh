@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the tests need (Debian packages, the Python and npm test peers) and runs the
+# whole test suite. This is the README's test command and what CI (.ci/run) calls.
+#
+#   scripts/test.sh              # everything
+#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages: DNS clients for the DNS tests, CBC for the scheduler's exact MILP baseline.
+apt_pkgs=()
+command -v dig >/dev/null || apt_pkgs+=(dnsutils)
+command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
+[ -e /usr/include/coin/Cbc_C_Interface.h ] || [ -e /usr/include/coin-or/Cbc_C_Interface.h ] || apt_pkgs+=(coinor-libcbc-dev)
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  echo "== installing ${apt_pkgs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_pkgs[@]}" >/dev/null
+fi
+
+# Test peers: moto (AWS Lambda API with SigV4 checking) and serverless-offline (real handlers).
+python3 -c 'import moto.server' 2>/dev/null || { echo "== pip install moto[server]"; python3 -m pip install -q -r functions-adapter/tests/peers/requirements.txt; }
+peer=functions-adapter/tests/peers/serverless
+[ -x "$peer/node_modules/.bin/serverless" ] || [ -d "$peer/node_modules/serverless-offline" ] || { echo "== npm ci ($peer)"; npm ci --prefix "$peer" --no-audit --no-fund --loglevel=error; }
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== cargo-nextest missing: running cargo test instead"
+  exec cargo test --workspace "$@"
+fi
+exec cargo nextest run --workspace --no-fail-fast "$@"
