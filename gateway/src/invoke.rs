@@ -100,7 +100,7 @@ async fn try_backends(
         if !backend
             .list()
             .await
-            .is_ok_and(|l| l.iter().any(|f| *f == call.function))
+            .is_ok_and(|l| l.contains(&call.function))
         {
             continue;
         }
