@@ -20,6 +20,11 @@ pub struct Cluster {
 impl Cluster {
     /// Starts tu-berlin, potsdam and cloud with `max_body_bytes` as the body limit.
     pub async fn start(max_body_bytes: usize) -> Self {
+        Self::start_with(|ports| topology_text(ports, max_body_bytes)).await
+    }
+
+    /// Starts the three nodes of the topology `text(ports)` writes for three bound ports.
+    pub async fn start_with(text: impl FnOnce(&[u16]) -> String) -> Self {
         let listeners = [
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -29,7 +34,7 @@ impl Cluster {
             .iter()
             .map(|l| l.local_addr().unwrap().port())
             .collect();
-        let text = topology_text(&ports, max_body_bytes);
+        let text = text(&ports);
         let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata");
         let topology =
             Arc::new(Topology::parse(&text, "cluster.toml", &base).expect("test topology"));
@@ -77,7 +82,8 @@ impl Cluster {
     }
 }
 
-fn topology_text(ports: &[u16], max_body_bytes: usize) -> String {
+/// The Berlin example on the test ports, with the test functions added.
+pub fn topology_text(ports: &[u16], max_body_bytes: usize) -> String {
     let berlin = include_str!("../../../examples/berlin.toml");
     // Keep the paper's areas and functions; point the nodes at the test ports and the test functions.
     let mut text = berlin.to_owned();
