@@ -28,6 +28,10 @@ pub enum Command {
     Node(NodeArgs),
     /// Run the geo DNS server of a topology alone.
     Dns(geofaas_dns::DnsArgs),
+    /// Train the PPO scheduling policy in the simulator.
+    Train(geofaas_scheduler::cli::TrainArgs),
+    /// Compare scheduling policies on the same simulated workloads.
+    Simulate(geofaas_scheduler::cli::SimulateArgs),
 }
 
 /// Arguments of `geofaas node`.
@@ -47,6 +51,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up(args) => crate::up::run(args).await,
         Command::Node(args) => run_node(args).await,
         Command::Dns(args) => geofaas_dns::run_cli(args).await,
+        // Training and simulation are CPU-bound and synchronous: keep them off the async workers.
+        Command::Train(args) => {
+            tokio::task::spawn_blocking(move || geofaas_scheduler::cli::run_train(args)).await?
+        }
+        Command::Simulate(args) => {
+            tokio::task::spawn_blocking(move || geofaas_scheduler::cli::run_simulate(args)).await?
+        }
     }
 }
 
