@@ -12,7 +12,7 @@ use crate::tls::TlsMaterial;
 
 /// geofaas: a geo-aware edge-to-cloud Function-as-a-Service platform.
 #[derive(Debug, Parser)]
-#[command(name = "geofaas", version, about, long_about = None)]
+#[command(name = "geofaas", version, about = "geofaas: a geo-aware edge-to-cloud Function-as-a-Service platform", long_about = None)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]
