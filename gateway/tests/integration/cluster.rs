@@ -75,6 +75,15 @@ impl Cluster {
         format!("https://127.0.0.1:{}", node.addr.port())
     }
 
+    /// `GET {node}{path}` from a client at `location` (if any), without following redirects.
+    pub async fn get(&self, node: &str, path: &str, location: Option<&str>) -> reqwest::Response {
+        let mut req = self.client.get(format!("{}{path}", self.url(node)));
+        if let Some(loc) = location {
+            req = req.header("X-Client-Location", loc);
+        }
+        req.send().await.expect("request")
+    }
+
     pub async fn stop(self) {
         for n in self.nodes {
             n.shutdown().await.unwrap();

@@ -15,12 +15,7 @@ async fn error_of(resp: reqwest::Response) -> (u16, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_function_is_404() {
     let c = Cluster::start(1 << 20).await;
-    let resp = c
-        .client
-        .get(format!("{}/fn/nosuch", c.url("tu-berlin")))
-        .send()
-        .await
-        .unwrap();
+    let resp = c.get("tu-berlin", "/fn/nosuch", None).await;
     let (status, code, msg) = error_of(resp).await;
     assert_eq!((status, code.as_str()), (404, "unknown_function"));
     assert!(msg.contains("nosuch"), "{msg}");
@@ -31,13 +26,7 @@ async fn unknown_function_is_404() {
 async fn malformed_location_is_400_naming_header_and_value() {
     let c = Cluster::start(1 << 20).await;
     for bad in ["52.51;13.32", "95,13", "north,east"] {
-        let resp = c
-            .client
-            .get(format!("{}/fn/sieve", c.url("tu-berlin")))
-            .header("X-Client-Location", bad)
-            .send()
-            .await
-            .unwrap();
+        let resp = c.get("tu-berlin", "/fn/sieve", Some(bad)).await;
         let (status, code, msg) = error_of(resp).await;
         assert_eq!((status, code.as_str()), (400, "bad_header"));
         assert!(

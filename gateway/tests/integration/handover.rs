@@ -9,13 +9,7 @@ const LONDON: &str = "51.50,-0.12";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_in_the_area_is_served_here() {
     let c = Cluster::start(1 << 20).await;
-    let resp = c
-        .client
-        .get(format!("{}/fn/sieve", c.url("tu-berlin")))
-        .header("X-Client-Location", BERLIN)
-        .send()
-        .await
-        .unwrap();
+    let resp = c.get("tu-berlin", "/fn/sieve", Some(BERLIN)).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-served-by"], "tu-berlin");
     assert_eq!(resp.headers()["x-cold-start"], "true");
@@ -24,13 +18,7 @@ async fn client_in_the_area_is_served_here() {
         .unwrap()
         .contains("exec;dur="));
     assert_eq!(resp.text().await.unwrap(), "Found 1229 primes under 10000");
-    let again = c
-        .client
-        .get(format!("{}/fn/sieve", c.url("tu-berlin")))
-        .header("X-Client-Location", BERLIN)
-        .send()
-        .await
-        .unwrap();
+    let again = c.get("tu-berlin", "/fn/sieve", Some(BERLIN)).await;
     assert_eq!(
         again.headers()["x-cold-start"],
         "false",
@@ -43,13 +31,7 @@ async fn client_in_the_area_is_served_here() {
 async fn other_areas_get_a_307_to_the_responsible_node() {
     let c = Cluster::start(1 << 20).await;
     for (loc, target) in [(POTSDAM, "potsdam"), (LONDON, "cloud")] {
-        let resp = c
-            .client
-            .get(format!("{}/fn/sieve?n=1", c.url("tu-berlin")))
-            .header("X-Client-Location", loc)
-            .send()
-            .await
-            .unwrap();
+        let resp = c.get("tu-berlin", "/fn/sieve?n=1", Some(loc)).await;
         assert_eq!(resp.status(), 307, "{loc}");
         assert_eq!(
             resp.headers()["location"],
@@ -57,13 +39,7 @@ async fn other_areas_get_a_307_to_the_responsible_node() {
         );
     }
     // The cloud hands Berlin clients back to their edge.
-    let resp = c
-        .client
-        .get(format!("{}/fn/sieve", c.url("cloud")))
-        .header("X-Client-Location", BERLIN)
-        .send()
-        .await
-        .unwrap();
+    let resp = c.get("cloud", "/fn/sieve", Some(BERLIN)).await;
     assert_eq!(resp.status(), 307);
     assert_eq!(
         resp.headers()["location"],
@@ -103,31 +79,13 @@ async fn post_body_survives_the_handover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_location_the_receiving_node_serves() {
     let c = Cluster::start(1 << 20).await;
-    let resp = c
-        .client
-        .get(format!("{}/fn/sieve", c.url("potsdam")))
-        .send()
-        .await
-        .unwrap();
+    let resp = c.get("potsdam", "/fn/sieve", None).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-served-by"], "potsdam");
-    let resp = c
-        .client
-        .get(format!("{}/registry", c.url("potsdam")))
-        .send()
-        .await
-        .unwrap();
+    let resp = c.get("potsdam", "/registry", None).await;
     let reg: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(reg["self"], "potsdam");
     assert_eq!(reg["nodes"].as_array().unwrap().len(), 3);
-    assert_eq!(
-        c.client
-            .get(format!("{}/readyz", c.url("cloud")))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(c.get("cloud", "/readyz", None).await.status(), 200);
     c.stop().await;
 }
