@@ -21,11 +21,12 @@ mod worker;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool::managed::{Object, PoolError, TimeoutType, Timeouts};
+use deadpool::managed::{Object, PoolError};
 use geofaas_config::LocalBackend;
 use http::HeaderMap;
 use tokio::time::Instant;
@@ -35,11 +36,13 @@ pub use error::LocalError;
 pub use spec::{FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
-use pool::{WorkerManager, WorkerPool, FORCE_NEW};
+use pool::{GetContext, WorkerManager, WorkerPool, GET_CONTEXT};
 use worker::Launch;
 
 const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
 const NODE_BOOTSTRAP: &str = include_str!("bootstrap/worker.js");
+/// Address space (RLIMIT_AS) node 20 needs to start at all, measured: 512 MiB fails, 1024 works.
+const NODE_MIN_MEMORY_MB: u64 = 1024;
 /// How long [`LocalRuntime::shutdown`] waits for in-flight calls to drop their workers.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -100,6 +103,16 @@ impl LocalRuntime {
             };
             let pool = pool::build(manager, cfg.max_instances).map_err(LocalError::Config)?;
             tracing::info!(function = %spec.name, runtime = %spec.runtime, dir = %spec.dir.display(), "local function");
+            if spec.runtime == Runtime::Nodejs
+                && (1..NODE_MIN_MEMORY_MB).contains(&cfg.memory_limit_mb)
+            {
+                tracing::warn!(
+                    function = %spec.name,
+                    memory_limit_mb = cfg.memory_limit_mb,
+                    "node reserves about {NODE_MIN_MEMORY_MB} MiB of address space at start; \
+                     with a lower memory_limit_mb its workers will fail to start"
+                );
+            }
             functions.insert(spec.name, pool);
         }
         let stop = CancellationToken::new();
@@ -170,16 +183,20 @@ impl LocalRuntime {
             return Err(InvokeError::Timeout(budget));
         }
         let started = Instant::now();
-        let timeouts = Timeouts {
-            wait: Some(budget),
-            create: Some(budget),
-            recycle: Some(budget),
+        let ctx = GetContext {
+            force_new: call.container == ContainerChoice::New,
+            ..GetContext::default()
         };
-        let force_new = call.container == ContainerChoice::New;
-        let got = FORCE_NEW
-            .scope(force_new, pool.timeout_get(&timeouts))
-            .await;
-        let mut worker = got.map_err(|e| pool_error(e, name, budget))?;
+        let admitted = Arc::clone(&ctx.admitted);
+        let got = tokio::time::timeout(budget, GET_CONTEXT.scope(ctx, pool.get())).await;
+        let mut worker = match got {
+            Ok(got) => got.map_err(|e| pool_error(e, name))?,
+            // Still queueing for a free instance: the pool was full the whole time.
+            Err(_) if !admitted.load(Ordering::Relaxed) => {
+                return Err(InvokeError::Overloaded { retry_after: None })
+            }
+            Err(_) => return Err(InvokeError::Timeout(budget)),
+        };
         let cold = worker.cold.take();
         let manager = pool.manager();
         let headers = headers_json(&call.headers);
@@ -309,10 +326,8 @@ fn headers_json(headers: &HeaderMap) -> Vec<u8> {
     serde_json::to_vec(&map).unwrap_or_else(|_| b"{}".to_vec())
 }
 
-fn pool_error(e: PoolError<worker::StartError>, function: &str, budget: Duration) -> InvokeError {
+fn pool_error(e: PoolError<worker::StartError>, function: &str) -> InvokeError {
     match e {
-        PoolError::Timeout(TimeoutType::Wait) => InvokeError::Overloaded { retry_after: None },
-        PoolError::Timeout(_) => InvokeError::Timeout(budget),
         PoolError::Backend(start) => start.into_invoke(function),
         PoolError::Closed => InvokeError::Unavailable("local runtime shut down".into()),
         other => InvokeError::Unavailable(format!("local runtime, function {function}: {other}")),

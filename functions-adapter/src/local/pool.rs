@@ -4,10 +4,14 @@
 //! none is idle and the pool is below `max_instances`; otherwise the caller queues until an
 //! instance is returned or its deadline passes. Recycling checks that the worker is still
 //! alive and has not outlived its keep-alive. A call that must run on a fresh instance
-//! ([`crate::ContainerChoice::New`]) sets a task-local flag for the duration of its `get`: if
-//! deadpool offers an idle instance, recycling replaces it with a newly started one (the idle
-//! process is stopped), so a forced cold start never grows the pool past its maximum.
+//! ([`crate::ContainerChoice::New`]) says so in a task-local [`GetContext`] for the duration of
+//! its `get`: if deadpool offers an idle instance, recycling replaces it with a newly started
+//! one (the idle process is stopped), so a forced cold start never grows the pool past its
+//! maximum. The same context records whether the caller got past the queue, so a deadline that
+//! expires while queueing is reported as overload and one that expires while starting an
+//! instance as a timeout.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -17,8 +21,28 @@ use super::spec::FunctionSpec;
 use super::worker::{Launch, StartError, Worker};
 
 tokio::task_local! {
-    /// Set while a `ContainerChoice::New` call is getting its instance.
-    pub(crate) static FORCE_NEW: bool;
+    /// Set while a call is getting its instance from the pool.
+    pub(crate) static GET_CONTEXT: GetContext;
+}
+
+/// What a caller of `Pool::get` tells the manager, and learns back from it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GetContext {
+    /// The call must run on a newly started instance.
+    pub force_new: bool,
+    /// Set once the pool admitted the caller (it is creating or recycling an instance for it).
+    pub admitted: Arc<AtomicBool>,
+}
+
+impl GetContext {
+    fn admit() -> bool {
+        GET_CONTEXT
+            .try_with(|ctx| {
+                ctx.admitted.store(true, Ordering::Relaxed);
+                ctx.force_new
+            })
+            .unwrap_or(false)
+    }
 }
 
 /// The pool of one function's instances.
@@ -37,19 +61,21 @@ impl managed::Manager for WorkerManager {
     type Error = StartError;
 
     async fn create(&self) -> Result<Worker, StartError> {
+        GetContext::admit();
         let worker = Worker::start(&self.spec, &self.launch).await?;
         tracing::debug!(function = %self.spec.name, pid = ?worker.pid(), "instance started");
         Ok(worker)
     }
 
     async fn recycle(&self, worker: &mut Worker, _: &Metrics) -> RecycleResult<StartError> {
+        let force_new = GetContext::admit();
         if !worker.is_alive() {
             return Err(RecycleError::message("worker exited"));
         }
         if worker.idle_since.elapsed() >= self.keep_alive {
             return Err(RecycleError::message("keep-alive expired"));
         }
-        if FORCE_NEW.try_with(|force| *force).unwrap_or(false) {
+        if force_new {
             let fresh = Worker::start(&self.spec, &self.launch).await?;
             tracing::debug!(
                 function = %self.spec.name,

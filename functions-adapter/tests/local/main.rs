@@ -5,6 +5,7 @@
 
 mod examples;
 mod failures;
+mod latency;
 mod lifecycle;
 mod runtimes;
 
