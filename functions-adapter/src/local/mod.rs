@@ -11,6 +11,10 @@
 //! after `keep_alive_s` idle by a reaper task, and never reused after a timeout, a crash or an
 //! oversized output. Every worker leads its own process group, which is killed when the
 //! instance is dropped, on [`LocalRuntime::shutdown`] and when the runtime is dropped.
+//!
+//! Interpreters are `python3` and `node` from `PATH`, or the paths in `GEOFAAS_PYTHON` and
+//! `GEOFAAS_NODE` (point these at the real binaries when `PATH` holds slow shims such as pyenv's).
+//! Function dependencies (`requirements.txt`, `node_modules`) are not installed by the runtime.
 
 mod binary;
 mod error;

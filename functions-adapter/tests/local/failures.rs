@@ -106,7 +106,7 @@ async fn invocation_deadline_shorter_than_the_config_timeout_wins() {
 #[tokio::test]
 async fn binary_failure_and_hang_kill_the_whole_process_group() {
     let cfg = LocalBackend {
-        timeout_ms: 1_000,
+        timeout_ms: 2_000,
         ..fixtures()
     };
     let rt = runtime(&cfg);
