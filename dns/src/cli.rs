@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use geofaas_config::Topology;
 
-use crate::server::{serve, DnsOptions};
+use crate::health::HealthTable;
+use crate::server::{serve, DnsOptions, HealthMode, UdpEngine};
 
 /// Flags of `geofaas dns`.
 #[derive(Clone, Debug, clap::Args)]
@@ -26,6 +27,12 @@ pub struct DnsArgs {
     /// Write the demo database (RFC 5737 ranges in Berlin, Potsdam, London) to this path and use it.
     #[arg(long, conflicts_with = "mmdb")]
     pub demo_mmdb: Option<PathBuf>,
+    /// Do not probe the gateways: answer as if all were healthy (benchmarks, DNS-only demos).
+    #[arg(long)]
+    pub no_health_checks: bool,
+    /// UDP engine: `batched` (recvmmsg/sendmmsg, default on Linux) or `hickory` (hickory-server's loop).
+    #[arg(long, value_enum, default_value_t = UdpEngine::default())]
+    pub udp_engine: UdpEngine,
 }
 
 /// Loads the topology and serves until Ctrl-C.
@@ -40,7 +47,14 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
         mmdb,
         ca_pem: args.ca,
         listen: args.listen,
-        ..DnsOptions::default()
+        health: if args.no_health_checks {
+            HealthMode::Manual(HealthTable::new(
+                topology.nodes.iter().map(|n| n.id.clone()),
+            ))
+        } else {
+            HealthMode::Probe
+        },
+        udp: args.udp_engine,
     };
     let shutdown = async {
         if tokio::signal::ctrl_c().await.is_err() {

@@ -22,6 +22,8 @@ pub mod handler;
 pub mod health;
 pub mod route;
 pub mod server;
+#[cfg(target_os = "linux")]
+pub mod udp_batch;
 
 pub use cli::{run_cli, DnsArgs};
 pub use demo::{write_demo_mmdb, write_mmdb, MmdbEntry, MmdbSchema};
@@ -29,4 +31,4 @@ pub use error::DnsError;
 pub use geoip::GeoDb;
 pub use handler::GeoHandler;
 pub use health::HealthTable;
-pub use server::{serve, DnsOptions, DnsServer, HealthMode};
+pub use server::{serve, DnsOptions, DnsServer, HealthMode, UdpEngine};

@@ -7,9 +7,12 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::Topology;
+use hickory_server::net::runtime::Time;
+use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::Server;
 use tokio::net::{TcpListener, UdpSocket};
 use url::Url;
@@ -35,6 +38,17 @@ pub enum HealthMode {
     Manual(HealthTable),
 }
 
+/// How UDP queries are read and answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UdpEngine {
+    /// `recvmmsg`/`sendmmsg` batches of up to 32 queries through the same handler. Default on Linux.
+    #[cfg_attr(target_os = "linux", default)]
+    Batched,
+    /// hickory-server's own UDP loop: one task and two syscalls per query. Default elsewhere.
+    #[cfg_attr(not(target_os = "linux"), default)]
+    Hickory,
+}
+
 /// Settings that override or add to the topology's `[dns]` section.
 #[derive(Clone, Debug, Default)]
 pub struct DnsOptions {
@@ -46,6 +60,8 @@ pub struct DnsOptions {
     pub listen: Option<SocketAddr>,
     /// Health source. Default: probing.
     pub health: HealthMode,
+    /// UDP engine. Default: [`UdpEngine::Batched`] on Linux.
+    pub udp: UdpEngine,
 }
 
 /// A ready-to-run server.
@@ -55,6 +71,23 @@ pub struct DnsServer {
     health: HealthTable,
     probe: Option<Probe>,
     listen: SocketAddr,
+    udp: UdpEngine,
+}
+
+/// Lets hickory's [`Server`] (TCP) and the batched UDP loop share one handler.
+struct SharedHandler(Arc<GeoHandler>);
+
+#[async_trait::async_trait]
+impl RequestHandler for SharedHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        self.0
+            .handle_request::<R, T>(request, response_handle)
+            .await
+    }
 }
 
 #[derive(Debug)]
@@ -114,6 +147,7 @@ impl DnsServer {
             health,
             probe,
             listen,
+            udp: opts.udp,
         })
     }
 
@@ -155,8 +189,18 @@ impl DnsServer {
             None => None,
         };
         let local = udp.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        let mut server = Server::new(self.handler);
-        server.register_socket(udp);
+        let handler = Arc::new(self.handler);
+        let mut server = Server::new(SharedHandler(handler.clone()));
+        let _udp_task = match self.udp {
+            #[cfg(target_os = "linux")]
+            UdpEngine::Batched => Some(AbortOnDrop(tokio::spawn(crate::udp_batch::serve_udp(
+                udp, handler,
+            )))),
+            _ => {
+                server.register_socket(udp);
+                None
+            }
+        };
         server.register_listener(tcp, TCP_IDLE_TIMEOUT, TCP_RESPONSE_BUFFER);
         tracing::info!(addr = %local, "geo DNS serving (UDP and TCP)");
         tokio::select! {
@@ -166,6 +210,15 @@ impl DnsServer {
                 .await
                 .map_err(|e| DnsError::Server(e.to_string())),
         }
+    }
+}
+
+/// Aborts the batched UDP loop when the server stops.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -16,7 +16,13 @@ use crate::support::*;
 
 #[tokio::test]
 async fn ecs_picks_the_edge_of_the_client_area_and_echoes_the_network_scope() {
-    let s = start_manual().await;
+    for engine in ENGINES {
+        ecs_answers_on(engine).await;
+    }
+}
+
+async fn ecs_answers_on(engine: geofaas_dns::UdpEngine) {
+    let s = start_manual_with(engine).await;
     for (subnet, want) in [
         ("192.0.2.1/24", TU_BERLIN),
         ("198.51.100.1/24", POTSDAM),
@@ -43,7 +49,13 @@ async fn ecs_picks_the_edge_of_the_client_area_and_echoes_the_network_scope() {
 
 #[tokio::test]
 async fn without_ecs_the_resolver_source_address_is_located() {
-    let s = start_manual().await;
+    for engine in ENGINES {
+        source_address_answers_on(engine).await;
+    }
+}
+
+async fn source_address_answers_on(engine: geofaas_dns::UdpEngine) {
+    let s = start_manual_with(engine).await;
     for (src, want) in [
         (SRC_BERLIN, TU_BERLIN),
         (SRC_POTSDAM, POTSDAM),

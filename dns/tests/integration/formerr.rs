@@ -25,7 +25,13 @@ fn with_ecs(option: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn malformed_ecs_options_are_formerr() {
-    let s = start_manual().await;
+    for engine in ENGINES {
+        malformed_ecs_options_are_formerr_on(engine).await;
+    }
+}
+
+async fn malformed_ecs_options_are_formerr_on(engine: geofaas_dns::UdpEngine) {
+    let s = start_manual_with(engine).await;
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let ok = exchange_raw(s.addr, lo, &with_ecs(&[0, 1, 24, 0, 192, 0, 2])).await;
     assert_eq!(ok.metadata.response_code, ResponseCode::NoError);
@@ -48,7 +54,11 @@ async fn malformed_ecs_options_are_formerr() {
     ];
     for (what, option) in cases {
         let r = exchange_raw(s.addr, lo, &with_ecs(option)).await;
-        assert_eq!(r.metadata.response_code, ResponseCode::FormErr, "{what}");
+        assert_eq!(
+            r.metadata.response_code,
+            ResponseCode::FormErr,
+            "{engine:?}: {what}"
+        );
         assert_eq!(r.metadata.id, 0x1337, "{what}");
         assert!(r.answers.is_empty(), "{what}");
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geofaas_config::Topology;
 use geofaas_dns::{
-    write_mmdb, DnsOptions, DnsServer, HealthMode, HealthTable, MmdbEntry, MmdbSchema,
+    write_mmdb, DnsOptions, DnsServer, HealthMode, HealthTable, MmdbEntry, MmdbSchema, UdpEngine,
 };
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
@@ -96,12 +96,24 @@ pub async fn start(
     health: HealthMode,
     ca: Option<PathBuf>,
 ) -> TestServer {
+    start_with(topo, schema, health, ca, UdpEngine::default()).await
+}
+
+/// [`start`] with a chosen UDP engine.
+pub async fn start_with(
+    topo: Topology,
+    schema: MmdbSchema,
+    health: HealthMode,
+    ca: Option<PathBuf>,
+    udp: UdpEngine,
+) -> TestServer {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = DnsOptions {
         mmdb: Some(mmdb(dir.path(), schema)),
         ca_pem: ca,
         listen: None,
         health,
+        udp,
     };
     let server = DnsServer::new(&topo, opts).expect("server builds");
     let health = server.health();
@@ -121,16 +133,25 @@ pub async fn start(
 
 /// A server with manually controlled health (all healthy) and a GeoIP2-City database.
 pub async fn start_manual() -> TestServer {
+    start_manual_with(UdpEngine::default()).await
+}
+
+/// [`start_manual`] with a chosen UDP engine.
+pub async fn start_manual_with(udp: UdpEngine) -> TestServer {
     let topo = topology([8443; 3], 1000);
     let table = HealthTable::new(topo.nodes.iter().map(|n| n.id.clone()));
-    start(
+    start_with(
         topo,
         MmdbSchema::GeoIp2City,
         HealthMode::Manual(table),
         None,
+        udp,
     )
     .await
 }
+
+/// Both UDP engines.
+pub const ENGINES: [UdpEngine; 2] = [UdpEngine::Batched, UdpEngine::Hickory];
 
 /// Encodes a query for `name`/`rtype`, with EDNS and an ECS option when `ecs` is given.
 pub fn query_bytes(
