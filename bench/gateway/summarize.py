@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Summarise bench/gateway/run.sh outputs: median of the runs per proxy and protocol, and the
+gateway/nginx ratios. Usage: summarize.py RESULTS_DIR DURATION_S"""
+
+import glob
+import os
+import re
+import statistics
+import sys
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def wrk(text):
+    """Requests/s, p50 and p99 in ms, and errors from wrk --latency output."""
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    lat = {}
+    for pct, val, unit in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", text, re.M):
+        lat[pct] = float(val) * UNITS[unit]
+    errors = 0
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    if m:
+        errors += int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    return rps, lat["50"], lat["99"], errors
+
+
+def h2load(text, log):
+    """Requests/s from h2load's summary, p50 and p99 in ms from its per-request log."""
+    rps = float(re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", text).group(1))
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, \d+ succeeded, (\d+) failed, (\d+) errored", text)
+    errors = int(m.group(1)) + int(m.group(2))
+    m = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    errors += int(m.group(3)) + int(m.group(4))
+    durations = []
+    with open(log) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3:
+                durations.append(int(parts[2]) / 1000.0)
+    durations.sort()
+    pick = lambda q: durations[min(len(durations) - 1, int(q * len(durations)))]
+    return rps, pick(0.50), pick(0.99), errors
+
+
+def main():
+    results, duration = sys.argv[1], float(sys.argv[2])
+    rows = {}
+    failed = False
+    for path in sorted(glob.glob(os.path.join(results, "*-h?-*.txt"))):
+        proxy, proto, run = os.path.basename(path)[:-4].split("-")
+        text = open(path).read()
+        if proto == "h1":
+            rps, p50, p99, errors = wrk(text)
+        else:
+            rps, p50, p99, errors = h2load(text, path[:-4] + ".log")
+        t = [int(x) for x in re.search(r"cpu_ticks (\d+) (\d+) (\d+) (\d+) (\d+)", text).groups()]
+        proxy_s, core_s = (t[2] - t[0]) / t[4], (t[3] - t[1]) / t[4]
+        util = proxy_s / duration
+        others = max(0.0, core_s - proxy_s) / duration
+        us_per_req = proxy_s / (rps * duration) * 1e6
+        if errors:
+            print(f"{proxy} {proto} run {run}: {errors} failed requests", file=sys.stderr)
+            failed = True
+        rows.setdefault((proto, proxy), []).append((rps, p50, p99, util, others, us_per_req))
+    med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
+    print("| protocol | proxy | req/s | p50 ms | p99 ms | proxy CPU µs/req | proxy core: proxy / others | runs (req/s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for (proto, proxy), (rps, p50, p99, util, others, us) in sorted(med.items()):
+        runs = ", ".join(f"{r[0]:.0f}" for r in rows[(proto, proxy)])
+        print(f"| {proto} | {proxy} | {rps:.0f} | {p50:.3f} | {p99:.3f} | {us:.1f} | {util:.0%} / {others:.0%} | {runs} |")
+    print()
+    print("| protocol | gateway/nginx req/s | gateway/nginx p50 | gateway/nginx p99 | gateway/nginx CPU per req |")
+    print("|---|---:|---:|---:|---:|")
+    for proto in sorted({p for p, _ in med}):
+        g, n = med.get((proto, "gateway")), med.get((proto, "nginx"))
+        if g and n:
+            print(f"| {proto} | {g[0] / n[0]:.2f} | {g[1] / n[1]:.2f} | {g[2] / n[2]:.2f} | {g[5] / n[5]:.2f} |")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
