@@ -17,11 +17,11 @@ use crate::workload::{Workload, WorkloadConfig};
 /// Workload shape shared by both commands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkloadArgs {
-    /// Requests per workload (episode).
-    #[arg(long, default_value_t = 3000)]
+    /// Measured requests per workload (episode), after the warm-up.
+    #[arg(long, default_value_t = 2000)]
     pub requests: usize,
-    /// Requests at the start of each workload left out of the metrics (warm-up).
-    #[arg(long, default_value_t = 1000)]
+    /// Warm-up requests before them, placed by greedy for every policy and not measured.
+    #[arg(long, default_value_t = 8000)]
     pub warmup: usize,
     /// Mean arrival rate over the topology, requests per second.
     #[arg(long, default_value_t = 400.0)]
@@ -35,9 +35,16 @@ pub struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
+    fn sim(&self) -> SimConfig {
+        SimConfig {
+            warmup: self.warmup,
+            ..Default::default()
+        }
+    }
+
     fn config(&self, seed: u64) -> WorkloadConfig {
         WorkloadConfig {
-            requests: self.requests,
+            requests: self.warmup + self.requests,
             rate_per_s: self.rate,
             seed,
             ..Default::default()
@@ -103,7 +110,7 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
     /// MILP look-ahead window, ms.
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 20.0)]
     pub milp_window_ms: f64,
     /// Summary CSV output.
     #[arg(long, default_value = "simulate.csv")]
@@ -154,7 +161,7 @@ fn make_policy(
 /// Runs `geofaas simulate`.
 pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let topo = Topology::by_name(&args.topology)?;
-    let sim = SimConfig::default();
+    let sim = args.workload.sim();
     let workloads: Vec<Workload> = args
         .seeds
         .iter()
@@ -172,8 +179,7 @@ pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         let policy = make_policy(name, &args, sim.link)?;
         let mut all = Vec::new();
         for wl in &workloads {
-            let out = Simulator::run(&topo, wl, sim, policy.as_ref());
-            all.extend(out.into_iter().skip(args.workload.warmup));
+            all.extend(Simulator::run(&topo, wl, sim, policy.as_ref()));
         }
         let s = Summary::new(policy.name(), &all);
         eprintln!(
@@ -224,7 +230,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
         lr: args.lr,
         eval_every: args.eval_every,
         eval_seeds: args.eval_seeds.clone(),
-        warmup: args.workload.warmup,
+        sim: args.workload.sim(),
         workload: args.workload.config(0),
         functions: (args.workload.functions, args.workload.catalogue_seed),
         ..Default::default()

@@ -11,7 +11,7 @@ use crate::policy::{Action, Observation};
 use crate::workload::REF_PULL_MBPS;
 
 /// Options the actor chooses among.
-pub const SLOTS: usize = 12;
+pub const SLOTS: usize = 8;
 /// Features per option slot.
 pub const OPT_FEATURES: usize = 16;
 /// Request-level features for the critic.
@@ -42,15 +42,52 @@ impl Featurized {
 
 /// Builds the features of `obs` (the shortlist is ordered by estimated latency).
 pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
-    let mut est: Vec<(f64, Action, model::LatencyBreakdown)> = obs
-        .feasible_actions()
-        .map(|a| {
-            let b = obs.estimate(link, a);
-            (b.total(), a, b)
-        })
-        .collect();
-    let by = |x: &(f64, Action, model::LatencyBreakdown),
-              y: &(f64, Action, model::LatencyBreakdown)| {
+    type Est = (f64, Action, model::LatencyBreakdown);
+    let r = &obs.request;
+    let p = &r.profile;
+    // One distance and one compute term per node; both options of a node share them (this
+    // is the decision hot path: same numbers as `Observation::estimate`, half the trigonometry).
+    let mut est: Vec<Est> = Vec::with_capacity(2 * obs.candidates.len());
+    for (i, c) in obs.candidates.iter().enumerate() {
+        let reuse = Action {
+            candidate: i,
+            new_container: false,
+        };
+        let new = Action {
+            candidate: i,
+            new_container: true,
+        };
+        let (ok_reuse, ok_new) = (obs.is_feasible(reuse), obs.is_feasible(new));
+        if !ok_reuse && !ok_new {
+            continue;
+        }
+        let dist = r.source.distance_km(&c.node.location);
+        let base = model::LatencyBreakdown {
+            cold_ms: 0.0,
+            queue_ms: 0.0,
+            comp_ms: model::compute_ms(p, c.node.ghz),
+            comm_ms: model::comm_ms(link, r.input_kb, dist, c.node.access_ms),
+        };
+        if ok_reuse {
+            let b = model::LatencyBreakdown {
+                queue_ms: if obs.queues(reuse) {
+                    c.wait_ms.max(0.0)
+                } else {
+                    0.0
+                },
+                ..base
+            };
+            est.push((b.total(), reuse, b));
+        }
+        if ok_new {
+            let b = model::LatencyBreakdown {
+                cold_ms: model::cold_start_ms(p, c.node.bandwidth_mbps),
+                ..base
+            };
+            est.push((b.total(), new, b));
+        }
+    }
+    let by = |x: &Est, y: &Est| {
         x.0.total_cmp(&y.0)
             .then(x.1.candidate.cmp(&y.1.candidate))
             .then(x.1.new_container.cmp(&y.1.new_container))
@@ -93,7 +130,7 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
             f64::from(u8::from(*total > r.slo_ms)),
             i as f64 / SLOTS as f64,
             ((total - best) / slo).min(10.0),
-            ((total - best) / 10.0).ln_1p(),
+            (b.queue_ms / 100.0).min(20.0),
         ]
         .map(|v| v as f32);
     }

@@ -235,6 +235,7 @@ mod tests {
             node: Some(0),
             latency: crate::model::LatencyBreakdown {
                 cold_ms: 0.0,
+                queue_ms: 0.0,
                 comp_ms: 10.0,
                 comm_ms: 1.0,
             },

@@ -9,7 +9,7 @@
 //! the window's requests within what is free (memory: free plus evictable idle); per node and
 //! function, reuses within the idle containers. Redundant capacity rows are left out.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -69,34 +69,91 @@ impl MilpPolicy {
         }
     }
 
+    /// The options of one request worth a variable, with their costs. Exact pruning: the other
+    /// `w - 1` requests of the window occupy at most `w - 1` nodes, so once options at `w`
+    /// distinct nodes are cheaper, a costlier option is never optimal (the request could move to
+    /// a node nobody else uses, where its option is feasible on its own).
+    fn options(&self, o: &Observation, w: usize) -> Vec<Opt> {
+        let cost = |l: f64| {
+            l + if l > o.request.slo_ms {
+                self.slo_penalty_ms
+            } else {
+                0.0
+            }
+        };
+        let mut all: Vec<Opt> = Vec::new();
+        for a in o.feasible_actions() {
+            let b = o.estimate(&self.link, a);
+            let kind = if a.new_container {
+                Kind::New
+            } else if o.queues(a) {
+                Kind::Queue
+            } else {
+                Kind::Idle
+            };
+            all.push(Opt {
+                action: a,
+                kind,
+                latency: b.total(),
+                cost: cost(b.total()),
+            });
+            if kind == Kind::Idle {
+                // Once the window's earlier requests took the idle containers, a later one can
+                // still queue: behind a busy one, or behind the request that took the idle one.
+                let c = &o.candidates[a.candidate];
+                let wait = if c.busy > 0 {
+                    c.wait_ms.max(0.0)
+                } else {
+                    b.comp_ms + b.comm_ms
+                };
+                let l = b.total() + wait;
+                all.push(Opt {
+                    action: a,
+                    kind: Kind::Queue,
+                    latency: l,
+                    cost: cost(l),
+                });
+            }
+        }
+        all.sort_by(|x, y| {
+            x.cost
+                .total_cmp(&y.cost)
+                .then(x.action.candidate.cmp(&y.action.candidate))
+        });
+        let mut nodes = std::collections::BTreeSet::new();
+        let mut keep = 0;
+        for opt in &all {
+            keep += 1;
+            nodes.insert(opt.action.candidate);
+            if nodes.len() >= w {
+                break;
+            }
+        }
+        all.truncate(keep);
+        all
+    }
+
     /// Solves the window exactly; returns one action per observation (`None` = rejected) and
-    /// the objective value.
+    /// the objective value (the window's summed estimated latency).
     pub fn solve(&self, window: &[Observation]) -> Result<(Vec<Option<Action>>, f64)> {
         let t0 = Instant::now();
         let mut vars = ProblemVariables::new();
-        // (request, action, cost, variable)
-        let mut opts: Vec<(usize, Action, f64, Variable)> = Vec::new();
+        let mut opts: Vec<(usize, Opt, Variable)> = Vec::new();
         let mut rejects = Vec::new();
         for (k, o) in window.iter().enumerate() {
-            for a in o.feasible_actions() {
-                let l = o.estimate(&self.link, a).total();
-                let cost = l + if l > o.request.slo_ms {
-                    self.slo_penalty_ms
-                } else {
-                    0.0
-                };
-                opts.push((k, a, cost, vars.add(variable().binary())));
+            for opt in self.options(o, window.len()) {
+                opts.push((k, opt, vars.add(variable().binary())));
             }
             rejects.push(vars.add(variable().binary()));
         }
-        let objective: Expression = opts.iter().map(|(_, _, c, v)| *c * *v).sum::<Expression>()
+        let objective: Expression = opts.iter().map(|(_, o, v)| o.cost * *v).sum::<Expression>()
             + rejects.iter().map(|v| REJECT_MS * *v).sum::<Expression>();
         let mut model = solver(vars.minimise(objective));
         for (k, r) in rejects.iter().enumerate() {
             let one: Expression = opts
                 .iter()
                 .filter(|o| o.0 == k)
-                .map(|o| o.3)
+                .map(|o| o.2)
                 .sum::<Expression>()
                 + *r;
             model = model.with(constraint!(one == 1.0));
@@ -109,10 +166,10 @@ impl MilpPolicy {
             .map_err(|e| SchedulerError::Solver(e.to_string()))?;
         let mut out = vec![None; window.len()];
         let mut total = 0.0;
-        for (k, a, _, v) in &opts {
+        for (k, o, v) in &opts {
             if sol.value(*v) > 0.5 {
-                out[*k] = Some(*a);
-                total += window[*k].estimate(&self.link, *a).total();
+                out[*k] = Some(o.action);
+                total += o.latency;
             }
         }
         let dt = t0.elapsed();
@@ -122,6 +179,26 @@ impl MilpPolicy {
         s.max = s.max.max(dt);
         Ok((out, total))
     }
+}
+
+/// How an option uses the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Take an idle warm container (holds cores; limited by the idle count).
+    Idle,
+    /// Queue behind a busy container (no extra cores, no limit).
+    Queue,
+    /// Start a new container (holds cores and memory).
+    New,
+}
+
+/// One candidate option of one request.
+#[derive(Debug, Clone, Copy)]
+struct Opt {
+    action: Action,
+    kind: Kind,
+    latency: f64,
+    cost: f64,
 }
 
 #[cfg(feature = "cbc")]
@@ -138,52 +215,49 @@ fn solver(
     p.using(good_lp::solvers::microlp::microlp)
 }
 
-/// Cores and memory per node, reuses per (node, function); only rows that can bind.
+/// Cores and memory per node, idle containers per (node, function); only rows that can bind.
 fn capacity_rows(
     window: &[Observation],
-    opts: &[(usize, Action, f64, Variable)],
+    opts: &[(usize, Opt, Variable)],
 ) -> Vec<good_lp::Constraint> {
-    let cands = &window[0].candidates;
     let mut rows = Vec::new();
-    for (v, cand) in cands.iter().enumerate() {
-        let at: Vec<_> = opts.iter().filter(|o| o.1.candidate == v).collect();
-        let cores: f64 = at.iter().map(|o| window[o.0].request.profile.cores).sum();
-        if cores > cand.free_cores + 1e-9 {
-            let e: Expression = at
-                .iter()
-                .map(|o| window[o.0].request.profile.cores * o.3)
-                .sum();
-            rows.push(constraint!(e <= cand.free_cores));
-        }
-        let new: Vec<_> = at.iter().filter(|o| o.1.new_container).collect();
-        let mem: f64 = new
+    let cores = |o: &&(usize, Opt, Variable)| window[o.0].request.profile.cores;
+    let mem = |o: &&(usize, Opt, Variable)| window[o.0].request.profile.memory_mb;
+    for (v, cand) in window[0].candidates.iter().enumerate() {
+        let at: Vec<_> = opts.iter().filter(|o| o.1.action.candidate == v).collect();
+        let hold: Vec<_> = at
             .iter()
-            .map(|o| window[o.0].request.profile.memory_mb)
-            .sum();
+            .copied()
+            .filter(|o| o.1.kind != Kind::Queue)
+            .collect();
+        if hold.iter().map(cores).sum::<f64>() > cand.free_cores + 1e-9 {
+            let e: Expression = hold.iter().map(|o| cores(o) * o.2).sum();
+            rows.push(constraint!(e <= cand.free_cores.max(0.0)));
+        }
+        let new: Vec<_> = at
+            .iter()
+            .copied()
+            .filter(|o| o.1.kind == Kind::New)
+            .collect();
         let room = cand.free_memory_mb + cand.evictable_memory_mb;
-        if mem > room + 1e-9 {
-            let e: Expression = new
-                .iter()
-                .map(|o| window[o.0].request.profile.memory_mb * o.3)
-                .sum();
-            rows.push(constraint!(e <= room));
+        if new.iter().map(mem).sum::<f64>() > room + 1e-9 {
+            let e: Expression = new.iter().map(|o| mem(o) * o.2).sum();
+            rows.push(constraint!(e <= room.max(0.0)));
         }
-        let mut reuse: HashMap<usize, Vec<Variable>> = HashMap::new();
-        for o in at.iter().filter(|o| !o.1.new_container) {
-            reuse
-                .entry(window[o.0].request.function_id)
+        let mut idle: BTreeMap<usize, Vec<Variable>> = BTreeMap::new();
+        for o in at.iter().filter(|o| o.1.kind == Kind::Idle) {
+            idle.entry(window[o.0].request.function_id)
                 .or_default()
-                .push(o.3);
+                .push(o.2);
         }
-        for (f, vs) in reuse {
-            // Idle containers of f on v, as seen by any request of f in the window.
-            let idle = window
+        for (f, vs) in idle {
+            let cap = window
                 .iter()
                 .find(|w| w.request.function_id == f)
                 .map_or(0, |w| w.candidates[v].idle);
-            if vs.len() > idle as usize {
+            if vs.len() > cap as usize {
                 let e: Expression = vs.iter().copied().sum();
-                rows.push(constraint!(e <= idle as f64));
+                rows.push(constraint!(e <= f64::from(cap)));
             }
         }
     }

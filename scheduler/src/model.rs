@@ -119,6 +119,8 @@ impl LinkModel {
 pub struct LatencyBreakdown {
     /// Cold-start latency (0 when a warm container is reused).
     pub cold_ms: f64,
+    /// Wait for a busy warm container to finish its current work (0 unless queued).
+    pub queue_ms: f64,
     /// Computation latency.
     pub comp_ms: f64,
     /// Communication latency.
@@ -128,7 +130,7 @@ pub struct LatencyBreakdown {
 impl LatencyBreakdown {
     /// End-to-end latency (Eq. 4 summand).
     pub fn total(&self) -> f64 {
-        self.cold_ms + self.comp_ms + self.comm_ms
+        self.cold_ms + self.queue_ms + self.comp_ms + self.comm_ms
     }
 }
 
@@ -163,6 +165,7 @@ pub fn latency(
         } else {
             0.0
         },
+        queue_ms: 0.0,
         comp_ms: compute_ms(f, node.ghz),
         comm_ms: comm_ms(link, input_kb, dist, node.access_ms),
     }

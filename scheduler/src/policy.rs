@@ -2,9 +2,10 @@
 //! shared by the simulator and the live gateway.
 //!
 //! The action is the paper's multi-discrete pair (a1 = node, a2 = reuse a warm container or start
-//! a new one). "Reuse" is masked where the node has no idle warm container for the function; any
-//! choice is masked where the node lacks the cores, or (for a new container) the memory even
-//! after evicting idle containers.
+//! a new one). "Reuse" takes an idle warm container (it needs free cores) or, when all of the
+//! function's containers there are busy, queues behind the one that frees first (its cores are
+//! already held); it is masked where the node has no container of the function. "New" is masked
+//! where the node lacks the cores, or the memory even after evicting idle containers.
 
 use crate::model::{self, FunctionProfile, GeoPoint, LatencyBreakdown, LinkModel, NodeSpec};
 
@@ -23,6 +24,9 @@ pub struct Candidate {
     pub idle: u32,
     /// Busy containers of the request's function on this node.
     pub busy: u32,
+    /// Expected ms until the earliest busy container of the function here is free (its queue
+    /// drains); only used when `idle == 0` and `busy > 0`.
+    pub wait_ms: f64,
 }
 
 /// The request being placed.
@@ -59,19 +63,23 @@ pub struct Action {
 }
 
 impl Observation {
+    /// Whether `action` reuses by queueing behind a busy container (no idle one there).
+    pub fn queues(&self, action: Action) -> bool {
+        let c = &self.candidates[action.candidate];
+        !action.new_container && c.idle == 0
+    }
+
     /// Whether `action` respects the capacity and reuse constraints.
     pub fn is_feasible(&self, action: Action) -> bool {
         let Some(c) = self.candidates.get(action.candidate) else {
             return false;
         };
         let p = &self.request.profile;
-        if c.free_cores + 1e-9 < p.cores {
-            return false;
-        }
+        let cores = c.free_cores + 1e-9 >= p.cores;
         if action.new_container {
-            c.free_memory_mb + c.evictable_memory_mb + 1e-9 >= p.memory_mb
+            cores && c.free_memory_mb + c.evictable_memory_mb + 1e-9 >= p.memory_mb
         } else {
-            c.idle > 0
+            (c.idle > 0 && cores) || (c.idle == 0 && c.busy > 0)
         }
     }
 
@@ -91,14 +99,18 @@ impl Observation {
     pub fn estimate(&self, link: &LinkModel, action: Action) -> LatencyBreakdown {
         let r = &self.request;
         let c = &self.candidates[action.candidate];
-        model::latency(
+        let mut b = model::latency(
             link,
             &r.profile,
             r.input_kb,
             &r.source,
             &c.node,
             action.new_container,
-        )
+        );
+        if self.queues(action) {
+            b.queue_ms = c.wait_ms.max(0.0);
+        }
+        b
     }
 }
 

@@ -29,6 +29,37 @@ pub struct Dense {
     pub bias: Vec<f32>,
 }
 
+impl Dense {
+    /// `out = W x + b`, then tanh if `activate`.
+    fn apply(&self, x: &[f32], out: &mut [f32], activate: bool) {
+        for ((o, row), b) in out
+            .iter_mut()
+            .zip(self.weight.chunks_exact(self.inputs))
+            .zip(&self.bias)
+        {
+            let v = dot(row, x) + b;
+            *o = if activate { v.tanh() } else { v };
+        }
+    }
+}
+
+/// Dot product with 8 independent accumulators, so the compiler can vectorise it.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    acc.iter().sum::<f32>() + ra.iter().zip(rb).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// Widest layer the allocation-free forward pass handles.
+pub const MAX_WIDTH: usize = 64;
+
 /// A tanh MLP: dense layers with tanh between them and none after the last.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mlp {
@@ -41,18 +72,28 @@ impl Mlp {
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
         let mut cur = x.to_vec();
         for (i, l) in self.layers.iter().enumerate() {
-            let mut next: Vec<f32> = l
-                .weight
-                .chunks_exact(l.inputs)
-                .zip(&l.bias)
-                .map(|(row, b)| row.iter().zip(&cur).map(|(w, v)| w * v).sum::<f32>() + b)
-                .collect();
-            if i + 1 < self.layers.len() {
-                next.iter_mut().for_each(|v| *v = v.tanh());
-            }
+            let mut next = vec![0.0; l.outputs];
+            l.apply(&cur, &mut next, i + 1 < self.layers.len());
             cur = next;
         }
         cur
+    }
+
+    /// The first output, without heap allocation when every layer is at most [`MAX_WIDTH`]
+    /// wide (the decision hot path); falls back to [`Mlp::forward`] otherwise.
+    pub fn forward1(&self, x: &[f32]) -> f32 {
+        if x.len() > MAX_WIDTH || self.layers.iter().any(|l| l.outputs > MAX_WIDTH) {
+            return self.forward(x)[0];
+        }
+        let (mut a, mut b) = ([0.0f32; MAX_WIDTH], [0.0f32; MAX_WIDTH]);
+        a[..x.len()].copy_from_slice(x);
+        let mut width = x.len();
+        for (i, l) in self.layers.iter().enumerate() {
+            l.apply(&a[..width], &mut b[..l.outputs], i + 1 < self.layers.len());
+            width = l.outputs;
+            std::mem::swap(&mut a, &mut b);
+        }
+        a[0]
     }
 
     /// Reads `prefix.{0,2,4}.{weight,bias}` from a safetensors file.
@@ -149,7 +190,7 @@ impl PpoPolicy {
         let mut out = [f32::NEG_INFINITY; SLOTS];
         for (i, a) in f.actions.iter().enumerate() {
             if a.is_some() {
-                out[i] = self.actor.forward(&f.options[i])[0];
+                out[i] = self.actor.forward1(&f.options[i]);
             }
         }
         out
@@ -157,7 +198,7 @@ impl PpoPolicy {
 
     /// The critic's value estimate of a decision state.
     pub fn value(&self, f: &Featurized) -> f32 {
-        self.critic.forward(&f.global)[0]
+        self.critic.forward1(&f.global)
     }
 }
 

@@ -23,6 +23,9 @@ pub struct SimConfig {
     pub link: LinkModel,
     /// How long an idle container is kept warm, ms.
     pub keep_alive_ms: f64,
+    /// Leading requests of each workload placed by the greedy policy (whatever policy runs) and
+    /// left out of the outcomes: every policy starts from the same warm, running system.
+    pub warmup: usize,
 }
 
 impl Default for SimConfig {
@@ -30,6 +33,7 @@ impl Default for SimConfig {
         Self {
             link: LinkModel::default(),
             keep_alive_ms: 600_000.0,
+            warmup: 0,
         }
     }
 }
@@ -64,8 +68,10 @@ impl Outcome {
 
 #[derive(Debug, Clone, Default)]
 struct Pool {
+    /// Idle containers by the time they became idle (oldest first).
     idle: VecDeque<f64>,
-    busy: u32,
+    /// Busy containers by the time their queued work ends.
+    busy: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -149,6 +155,7 @@ impl<'a> Simulator<'a> {
         policy: &dyn Policy,
     ) -> Vec<Outcome> {
         let mut sim = Simulator::new(topo, wl, cfg);
+        sim.warm_up();
         let mut out = Vec::with_capacity(wl.requests.len());
         match policy.window_ms() {
             None => {
@@ -179,6 +186,15 @@ impl<'a> Simulator<'a> {
         out
     }
 
+    /// Places the first `cfg.warmup` requests with the greedy policy (no-op once past them).
+    pub fn warm_up(&mut self) {
+        while self.next < self.cfg.warmup.min(self.wl.requests.len()) {
+            let obs = self.next_observation().expect("request pending");
+            let a = greedy_decide(&self.cfg.link, &obs);
+            self.step(a, 0);
+        }
+    }
+
     /// Number of requests not yet placed.
     pub fn remaining(&self) -> usize {
         self.wl.requests.len() - self.next
@@ -206,7 +222,8 @@ impl<'a> Simulator<'a> {
                     free_memory_mb: spec.memory_mb - st.used_mem,
                     evictable_memory_mb: st.idle_mem,
                     idle: pool.idle.len() as u32,
-                    busy: pool.busy,
+                    busy: pool.busy.len() as u32,
+                    wait_ms: pool.busy.iter().copied().fold(f64::INFINITY, f64::min) - self.now,
                 }
             })
             .collect();
@@ -233,7 +250,11 @@ impl<'a> Simulator<'a> {
             let st = &mut self.nodes[e.node];
             if e.completion {
                 let pool = &mut st.pools[e.func];
-                pool.busy -= 1;
+                // A container whose queue grew ends later: this event is stale.
+                let Some(k) = pool.busy.iter().position(|&b| b == e.t) else {
+                    continue;
+                };
+                pool.busy.swap_remove(k);
                 pool.idle.push_back(e.t);
                 st.idle_mem += mem;
                 st.free_cores += cores;
@@ -277,28 +298,31 @@ impl<'a> Simulator<'a> {
         };
         let f = &self.wl.functions[r.function];
         let spec = &self.topo.nodes[a.candidate];
-        let latency = model::latency(
-            &self.cfg.link,
-            f,
-            r.input_kb,
-            &r.source,
-            spec,
-            a.new_container,
-        );
-        let st = &mut self.nodes[a.candidate];
-        if a.new_container {
-            while spec.memory_mb - st.used_mem + 1e-9 < f.memory_mb {
-                evict_lru(st, &self.wl.functions);
-            }
-            st.used_mem += f.memory_mb;
-        } else {
-            st.pools[r.function].idle.pop_back();
-            st.idle_mem -= f.memory_mb;
-        }
-        st.pools[r.function].busy += 1;
-        st.free_cores -= f.cores;
-        debug_assert!(st.free_cores >= -1e-9 && st.used_mem <= spec.memory_mb + 1e-9);
+        let latency = obs.estimate(&self.cfg.link, a);
+        let queued = obs.queues(a);
         let done = self.now + latency.total();
+        let st = &mut self.nodes[a.candidate];
+        if queued {
+            // Extend the busy container that frees first; its cores stay held.
+            let pool = &mut st.pools[r.function];
+            let k = (0..pool.busy.len())
+                .min_by(|&x, &y| pool.busy[x].total_cmp(&pool.busy[y]))
+                .expect("a feasible queue has a busy container");
+            pool.busy[k] = done;
+        } else {
+            if a.new_container {
+                while spec.memory_mb - st.used_mem + 1e-9 < f.memory_mb {
+                    evict_lru(st, &self.wl.functions);
+                }
+                st.used_mem += f.memory_mb;
+            } else {
+                st.pools[r.function].idle.pop_back();
+                st.idle_mem -= f.memory_mb;
+            }
+            st.pools[r.function].busy.push(done);
+            st.free_cores -= f.cores;
+        }
+        debug_assert!(st.free_cores >= -1e-9 && st.used_mem <= spec.memory_mb + 1e-9);
         let (node, func) = (a.candidate, r.function);
         self.push(done, node, func, true);
         Outcome {

@@ -110,10 +110,10 @@ impl Topology {
     pub fn berlin() -> Self {
         let edge = |lat, lon| NodeSpec {
             location: GeoPoint::new(lat, lon),
-            cores: 4.0,
+            cores: 8.0,
             ghz: 3.0,
-            memory_mb: 8_000.0,
-            bandwidth_mbps: 500.0,
+            memory_mb: 16_000.0,
+            bandwidth_mbps: 1_000.0,
             access_ms: 0.0,
         };
         let mut cloud = edge(51.498593, -0.176959);

@@ -16,7 +16,7 @@ use crate::topology::Topology;
 use crate::workload::{Workload, WorkloadConfig};
 
 /// Hidden width of both networks.
-pub const HIDDEN: usize = 32;
+pub const HIDDEN: usize = 16;
 type ActorNet = (
     Linear<OPT_FEATURES, HIDDEN>,
     Tanh,
@@ -67,8 +67,6 @@ pub struct PpoConfig {
     pub eval_every: usize,
     /// Held-out workload seeds for evaluation (validation; keep apart from test seeds).
     pub eval_seeds: Vec<u64>,
-    /// Requests at the start of each evaluation workload left out of its metrics (warm-up).
-    pub warmup: usize,
     /// Shape of each training/eval workload (its seed is replaced per episode).
     pub workload: WorkloadConfig,
     /// Functions in the catalogue and the catalogue's seed.
@@ -95,7 +93,6 @@ impl Default for PpoConfig {
             slo_penalty: 1.0,
             eval_every: 5,
             eval_seeds: vec![501, 502],
-            warmup: 0,
             workload: WorkloadConfig {
                 requests: 512,
                 ..Default::default()
@@ -213,8 +210,7 @@ pub fn evaluate(
     let mut all = Vec::new();
     for &s in seeds {
         let wl = workload_for(topo, cfg, s);
-        let out = Simulator::run(topo, &wl, cfg.sim, policy);
-        all.extend(out.into_iter().skip(cfg.warmup));
+        all.extend(Simulator::run(topo, &wl, cfg.sim, policy));
     }
     Summary::new(policy.name(), &all)
 }
@@ -282,6 +278,7 @@ fn rollout(
         let seed = 1_000_000 + cfg.seed * 100_000 + (it * cfg.episodes_per_iter + ep) as u64;
         let wl = workload_for(topo, cfg, seed);
         let mut sim = Simulator::new(topo, &wl, cfg.sim);
+        sim.warm_up();
         while let Some(obs) = sim.next_observation() {
             let f = featurize(&cfg.sim.link, &obs);
             if f.is_empty() {

@@ -1,0 +1,5 @@
+//! Integration tests of the scheduler crate: training beats random, the CLI entry points run.
+
+mod simulate_cli;
+#[cfg(feature = "train")]
+mod training;
