@@ -62,7 +62,10 @@ pub async fn serve_tls(
                     req.map(axum::body::Body::new)
                 });
             let service = hyper_util::service::TowerToHyperService::new(service);
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            // Flatten each HTTP/1.1 response (head and body) into one buffer: over TLS a vectored
+            // write becomes one record per slice, so this sends one record instead of two.
+            builder.http1().writev(false);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%remote, error = %e, "connection ended with an error");
