@@ -16,6 +16,8 @@
 #        NO_BUILD=1 (use the binary as is)  BIN=path (default target/release/geofaas)
 #        PROFILE=1 (also perf-record the gateway under h1 load)
 #        RESULTS=dir (keep raw outputs there; default a temp dir that is removed)
+#        BIN_BASE=path (also measure a second gateway build, reported as "gwbase", e.g. the build
+#        before a change: same run, same nginx reference)
 #        HOLD_CMD='...' (instead of measuring, run this with $GW_PID $NGINX_PID $GW_URL $NGINX_URL set)
 set -euo pipefail
 
@@ -34,6 +36,7 @@ MANAGER_PORT=${MANAGER_PORT:-18080}
 GW_PORT=${GW_PORT:-18443}
 NGINX_PORT=${NGINX_PORT:-18444}
 CLOUD_PORT=${CLOUD_PORT:-18445}
+GWBASE_PORT=${GWBASE_PORT:-18446}
 WORK=$(mktemp -d /tmp/geofaas-bench.XXXXXX)
 chmod 755 "$WORK"
 RESULTS=${RESULTS:-$WORK/results}
@@ -92,15 +95,27 @@ GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$PROXY_CPUS" \
 PIDS+=($!); GW_PID=$!
 wait_for "https://127.0.0.1:$GW_PORT/healthz"
 
+# --- optionally a second gateway build (BIN_BASE), e.g. before a change, on the next port ---
+PROXIES=(gateway nginx)
+if [[ -n "${BIN_BASE:-}" ]]; then
+  sed -e "s|127.0.0.1:$GW_PORT|127.0.0.1:$GWBASE_PORT|g" "$WORK/topology.toml" > "$WORK/topology-base.toml"
+  GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$PROXY_CPUS" \
+    "$BIN_BASE" node --config "$WORK/topology-base.toml" --node edge 2> "$WORK/gateway-base.log" &
+  PIDS+=($!); GWBASE_PID=$!
+  wait_for "https://127.0.0.1:$GWBASE_PORT/healthz"
+  PROXIES=(gateway gwbase nginx)
+fi
+
 # --- nginx proxy ---
 fill "$HERE/proxy.conf" > "$WORK/proxy/nginx.conf"
 taskset -c "$PROXY_CPUS" nginx -p "$WORK/proxy" -c "$WORK/proxy/nginx.conf" -e "$WORK/proxy/error.log" -g 'daemon off;' &
 PIDS+=($!); NGINX_PID=$!
 wait_for "https://127.0.0.1:$NGINX_PORT/fn/echo"
 
-declare -A URL=([gateway]="https://127.0.0.1:$GW_PORT/fn/echo" [nginx]="https://127.0.0.1:$NGINX_PORT/fn/echo")
-declare -A PID=([gateway]=$GW_PID [nginx]=$NGINX_PID)
-for p in gateway nginx; do
+declare -A URL=([gateway]="https://127.0.0.1:$GW_PORT/fn/echo" [nginx]="https://127.0.0.1:$NGINX_PORT/fn/echo"
+  [gwbase]="https://127.0.0.1:$GWBASE_PORT/fn/echo")
+declare -A PID=([gateway]=$GW_PID [nginx]=$NGINX_PID [gwbase]=${GWBASE_PID:-})
+for p in "${PROXIES[@]}"; do
   got=$(curl -fsS --cacert "$WORK/tls/ca.pem" -d 'hello world' "${URL[$p]}")
   if [[ "$got" != "Hello, World" ]]; then echo "$p answered '$got'" >&2; exit 1; fi
 done
@@ -144,7 +159,7 @@ measure() { # proxy proto run
 echo "proxy cores: $PROXY_CPUS, load+origin cores: $LOAD_CPUS, $RUNS runs x ${DURATION}s" >&2
 for run in $(seq "$RUNS"); do
   for proto in h1 h2; do
-    for p in gateway nginx; do
+    for p in "${PROXIES[@]}"; do
       echo "run $run $proto $p" >&2
       measure "$p" "$proto" "$run"
     done
@@ -161,7 +176,9 @@ if [[ -n "${PROFILE:-}" ]]; then
     > "$RESULTS/gateway.perf.txt" 2> /dev/null || true
 fi
 
-if grep -qi "error\|panic" "$WORK/gateway.log"; then
-  echo "gateway log has errors:" >&2; grep -i "error\|panic" "$WORK/gateway.log" | head >&2
-fi
+for log in "$WORK"/gateway*.log; do
+  if grep -qi "error\|panic" "$log"; then
+    echo "$log has errors:" >&2; grep -i "error\|panic" "$log" | head >&2
+  fi
+done
 python3 "$HERE/summarize.py" "$RESULTS" "$DURATION"

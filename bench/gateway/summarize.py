@@ -74,10 +74,12 @@ def main():
     print()
     print("| protocol | gateway/nginx req/s | gateway/nginx p50 | gateway/nginx p99 | gateway/nginx CPU per req |")
     print("|---|---:|---:|---:|---:|")
-    for proto in sorted({p for p, _ in med}):
-        g, n = med.get((proto, "gateway")), med.get((proto, "nginx"))
-        if g and n:
-            print(f"| {proto} | {g[0] / n[0]:.2f} | {g[1] / n[1]:.2f} | {g[2] / n[2]:.2f} | {g[5] / n[5]:.2f} |")
+    for gw in ("gateway", "gwbase"):
+        for proto in sorted({p for p, _ in med}):
+            g, n = med.get((proto, gw)), med.get((proto, "nginx"))
+            if g and n:
+                label = proto if gw == "gateway" else f"{proto} ({gw})"
+                print(f"| {label} | {g[0] / n[0]:.2f} | {g[1] / n[1]:.2f} | {g[2] / n[2]:.2f} | {g[5] / n[5]:.2f} |")
     sys.exit(1 if failed else 0)
 
 
