@@ -108,16 +108,18 @@ impl GeoDb {
     /// the network has no record or no coordinates).
     pub fn locate(&self, ip: IpAddr) -> Result<(NetKey, Option<LatLon>), DnsError> {
         self.locate_with(ip, |_| None, |loc| loc)
+            .map(|(key, loc, _)| (key, loc))
     }
 
     /// Like [`GeoDb::locate`], but asks `cached` first with the matched network and calls `build` with
-    /// the decoded position only on a miss; returns the network and the cached or built value.
+    /// the decoded position only on a miss; returns the network, the cached or built value, and whether
+    /// it was built (a cache miss the caller should store).
     pub fn locate_with<V>(
         &self,
         ip: IpAddr,
         cached: impl FnOnce(&NetKey) -> Option<V>,
         build: impl FnOnce(Option<LatLon>) -> V,
-    ) -> Result<(NetKey, V), DnsError> {
+    ) -> Result<(NetKey, V, bool), DnsError> {
         let hit = self
             .reader
             .lookup(ip)
@@ -125,10 +127,10 @@ impl GeoDb {
         let network = hit.network().map_err(|e| DnsError::Lookup(e.to_string()))?;
         let key = (network.network(), network.prefix());
         if let Some(v) = cached(&key) {
-            return Ok((key, v));
+            return Ok((key, v, false));
         }
         let record: Option<Record> = hit.decode().map_err(|e| DnsError::Lookup(e.to_string()))?;
-        Ok((key, build(record.and_then(|r| r.position()))))
+        Ok((key, build(record.and_then(|r| r.position())), true))
     }
 }
 

@@ -7,6 +7,7 @@
 //! everything itself instead of delegating to a `Catalog`: the zone is a handful of precomputed records.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 
 use hickory_server::net::runtime::Time;
@@ -45,6 +46,29 @@ enum Target {
     Node(usize),
 }
 
+/// FNV-1a: the name table has a handful of fixed keys from the topology, so it needs no protection
+/// against chosen collisions, and SipHash showed in the per-query profile.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
 /// A and AAAA records of one node under one owner name.
 #[derive(Clone, Debug, Default)]
 struct AddrRecords {
@@ -77,7 +101,7 @@ impl AddrRecords {
 /// Answers the topology's zone; see the module docs.
 pub struct GeoHandler {
     zone: LowerName,
-    names: HashMap<LowerName, Target>,
+    names: HashMap<LowerName, Target, BuildHasherDefault<Fnv>>,
     soa: Record,
     ns: Record,
     ns_addr: AddrRecords,
@@ -121,7 +145,7 @@ impl GeoHandler {
                 .map_err(bad)
         };
         let (gw, ns_name) = (child("gw")?, child("ns")?);
-        let mut names = HashMap::new();
+        let mut names = HashMap::default();
         let mut node = Vec::new();
         for (i, n) in router.nodes().iter().enumerate() {
             let owner = child(&n.id)?;
@@ -181,8 +205,8 @@ impl GeoHandler {
             |loc| self.router.ranking(loc),
         );
         match located {
-            Ok((net, ranking)) => {
-                if !self.cache.contains_key(&net) {
+            Ok((net, ranking, built)) => {
+                if built {
                     self.cache.insert(net, ranking.clone());
                 }
                 let scope = if from_ecs { net.1 } else { 0 };
