@@ -183,7 +183,8 @@ pub fn plot_cdf(path: &Path, series: &[(String, Vec<Outcome>)], max_ms: f64) -> 
             .iter()
             .enumerate()
             .step_by(step)
-            .map(|(k, &l)| (l.min(max_ms), (k + 1) as f64 / n))
+            .filter(|(_, l)| **l <= max_ms)
+            .map(|(k, &l)| (l, (k + 1) as f64 / n))
             .collect();
         pts.push((
             max_ms,
