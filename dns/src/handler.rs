@@ -309,3 +309,50 @@ impl RequestHandler for GeoHandler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{demo_entries, write_mmdb, MmdbEntry, MmdbSchema};
+
+    #[test]
+    fn the_location_cache_holds_one_entry_per_database_network() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.mmdb");
+        let mut entries = demo_entries();
+        entries.push(MmdbEntry {
+            network: "10.1.0.0/16".parse().expect("net"),
+            city: "Berlin".into(),
+            country: "DE".into(),
+            lat: 52.52,
+            lon: 13.40,
+        });
+        write_mmdb(&path, &entries, MmdbSchema::GeoIp2City).expect("written");
+        let text = include_str!("../../examples/berlin.toml");
+        let topo = geofaas_config::Topology::parse(text, "berlin.toml", std::path::Path::new("."))
+            .expect("topology");
+        let router = Router::new(&topo).expect("router");
+        let health = HealthTable::new(router.nodes().iter().map(|n| n.id.clone()));
+        let geo = GeoDb::open(&path).expect("db");
+        let h = GeoHandler::new(&topo.zone, router, health, Some(geo), 30, None).expect("handler");
+        let src = IpAddr::from([127, 0, 0, 1]);
+        for third in 0..=255u8 {
+            let ecs = ClientSubnet {
+                addr: IpAddr::from([10, 1, third, 0]),
+                source_prefix: 24,
+                scope_prefix: 0,
+            };
+            let (node, scope) = h.choose(src, Some(&ecs));
+            assert_eq!(
+                (h.router.nodes()[node].id.as_str(), scope),
+                ("tu-berlin", 16)
+            );
+        }
+        h.cache.run_pending_tasks();
+        assert_eq!(
+            h.cache.entry_count(),
+            1,
+            "256 client subnets, one database network"
+        );
+    }
+}

@@ -178,3 +178,12 @@ async fn the_dbip_flat_schema_is_read_too() {
         Some(CLOUD)
     );
 }
+
+#[tokio::test]
+async fn ipv6_client_subnets_are_located_too() {
+    let s = start_manual().await;
+    let r = gw_for(s.addr, "2001:db8:1:200::/56").await;
+    assert_eq!((first_a(&r), ecs_of(&r)), (Some(POTSDAM), Some((56, 48))));
+    let r = gw_for(s.addr, "2001:db8:2::/56").await;
+    assert_eq!(first_a(&r), Some(CLOUD));
+}

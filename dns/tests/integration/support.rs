@@ -51,6 +51,7 @@ pub fn entries() -> Vec<MmdbEntry> {
     e.push(add("127.0.0.2/32", "Berlin", 52.51, 13.32));
     e.push(add("127.0.0.3/32", "Potsdam", 52.40, 13.06));
     e.push(add("10.1.0.0/20", "Berlin", 52.52, 13.40));
+    e.push(add("2001:db8:1::/48", "Potsdam", 52.40, 13.06));
     e
 }
 
