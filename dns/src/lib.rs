@@ -8,8 +8,12 @@
 //!
 //! Modules: [`geoip`] reads the database, [`mod@route`] ranks the nodes for a location, [`health`]
 //! tracks and probes gateway readiness, [`ecs`] validates the ECS option (RFC 7871), [`handler`] answers
-//! queries on hickory-server, [`server`] binds and runs it, [`cli`] is `geofaas dns`, and [`demo`] writes
-//! the demo database `geofaas up` uses.
+//! queries on hickory-server, [`server`] binds and runs it (TCP on hickory's `Server`, UDP by default through
+//! the batched `recvmmsg`/`sendmmsg` loop in `udp_batch`, Linux only), [`cli`] is `geofaas dns`, and
+//! [`demo`] writes the demo database `geofaas up` uses.
+//!
+//! Metrics (through the `metrics` facade): `geofaas_dns_queries_total{rcode}` and
+//! `geofaas_dns_gateway_answers_total{node}`.
 
 #![forbid(unsafe_code)]
 
