@@ -32,6 +32,13 @@ pub struct WorkloadArgs {
     /// Seed of the function catalogue.
     #[arg(long, default_value_t = 7)]
     pub catalogue_seed: u64,
+    /// Replay a Huawei 2023 private-trace `requests` file (`day,time,0..199`, per minute or per
+    /// second) instead of generating arrivals; sources and SLOs are still drawn from the seed.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Multiply the trace's request counts by this factor.
+    #[arg(long, default_value_t = 0.01)]
+    pub trace_scale: f64,
 }
 
 impl WorkloadArgs {
@@ -162,15 +169,25 @@ fn make_policy(
 pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let topo = Topology::by_name(&args.topology)?;
     let sim = args.workload.sim();
+    let trace = match &args.workload.trace {
+        Some(p) => Some(crate::trace::TraceTable::load(p)?),
+        None => None,
+    };
     let workloads: Vec<Workload> = args
         .seeds
         .iter()
         .map(|&s| {
-            Workload::for_topology(
-                &topo,
-                (args.workload.functions, args.workload.catalogue_seed),
-                &args.workload.config(s),
-            )
+            let shape = (args.workload.functions, args.workload.catalogue_seed);
+            let wl = Workload::for_topology(&topo, shape, &args.workload.config(s));
+            match &trace {
+                Some(t) => t.to_workload(
+                    wl.functions,
+                    &topo.sources,
+                    args.workload.trace_scale,
+                    &args.workload.config(s),
+                ),
+                None => wl,
+            }
         })
         .collect();
     let mut rows = Vec::new();
