@@ -152,11 +152,22 @@ impl Workload {
         functions: (usize, u64),
         cfg: &WorkloadConfig,
     ) -> Self {
-        let fs = match &topo.functions {
-            Some(f) => f.iter().map(|(_, p)| p.clone()).collect(),
-            None => function_catalogue(functions.0, functions.1),
-        };
-        Self::generate(fs, &topo.sources, cfg)
+        match &topo.functions {
+            Some(f) => {
+                // A topology file states each function's SLO: use it instead of the paper's range.
+                let fs: Vec<FunctionProfile> = f.iter().map(|(_, p)| p.clone()).collect();
+                let mut wl = Self::generate(fs, &topo.sources, cfg);
+                for r in &mut wl.requests {
+                    r.slo_ms = wl.functions[r.function].slo_ms;
+                }
+                wl
+            }
+            None => Self::generate(
+                function_catalogue(functions.0, functions.1),
+                &topo.sources,
+                cfg,
+            ),
+        }
     }
 
     /// Generates a workload over `functions` and `sources` (both non-empty).
