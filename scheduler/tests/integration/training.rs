@@ -59,3 +59,46 @@ fn training_is_reproducible_for_a_seed() {
     assert_eq!(a.policy.actor(), b.policy.actor());
     assert_eq!(a.metrics[1].mean_return, b.metrics[1].mean_return);
 }
+
+#[test]
+fn run_train_writes_weights_that_load_and_a_metrics_csv() {
+    use clap::Parser;
+    use geofaas_scheduler::cli::{run_train, TrainArgs};
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: TrainArgs,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.safetensors");
+    let w = Wrap::parse_from([
+        "train",
+        "--topology",
+        "berlin",
+        "--iterations",
+        "2",
+        "--episodes",
+        "1",
+        "--eval-every",
+        "1",
+        "--eval-seeds",
+        "77",
+        "--requests",
+        "100",
+        "--warmup",
+        "100",
+        "--functions",
+        "10",
+        "--rate",
+        "20",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    run_train(w.args).unwrap();
+    let p = geofaas_scheduler::ppo::PpoPolicy::load(&out, Default::default()).unwrap();
+    assert_eq!(p.actor().layers.len(), 3);
+    let csv = std::fs::read_to_string(dir.path().join("w.metrics.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(csv.starts_with("iteration,steps,mean_return"));
+}
