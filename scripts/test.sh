@@ -7,11 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: DNS clients for the DNS tests, CBC for the scheduler's exact MILP baseline.
+# Debian packages: the real DNS clients the DNS tests query with.
 apt_pkgs=()
 command -v dig >/dev/null || apt_pkgs+=(dnsutils)
 command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
-[ -e /usr/include/coin/Cbc_C_Interface.h ] || [ -e /usr/include/coin-or/Cbc_C_Interface.h ] || apt_pkgs+=(coinor-libcbc-dev)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   echo "== installing ${apt_pkgs[*]}"
   apt-get update -qq

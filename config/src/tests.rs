@@ -251,3 +251,22 @@ fn envelope_circle_and_multipolygon_areas() {
         "11.1 km north is outside"
     );
 }
+
+#[test]
+fn readme_backend_snippets_parse() {
+    let readme = include_str!("../../README.md");
+    let snippets: Vec<&str> = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|s| s.split_once("```").map(|(block, _)| block))
+        .filter(|block| block.starts_with("[[node.backend]]"))
+        .collect();
+    assert_eq!(snippets.len(), 4, "one snippet per backend kind");
+    for snippet in snippets {
+        let text = format!(
+            "[[node]]\nid = \"cloud\"\nrole = \"cloud\"\nlocation = {{ lat = 0, lon = 0 }}\npublic_url = \"https://cloud.example\"\nlisten = \"0.0.0.0:8443\"\n{snippet}"
+        );
+        Topology::parse(&text, "README.md", Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}\n{snippet}"));
+    }
+}
