@@ -47,7 +47,8 @@ cleanup() {
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 cd "$ROOT"
 if [[ -z "${NO_BUILD:-}" ]]; then cargo build --release -q -p geofaas-gateway; fi
