@@ -8,7 +8,7 @@
 # upstream). Load: wrk (HTTPS, HTTP/1.1 keep-alive, POST with an 11-byte body) and h2load (h2),
 # pinned to $LOAD_CPUS, same settings for both proxies; runs alternate gateway/nginx.
 # Each measurement is preceded by a warm-up; the report gives the median of $RUNS runs, and the
-# proxy's CPU time per request (from /proc, robust to other load on the machine).
+# proxy's CPU time per request (from /proc; much less sensitive to other load than req/s).
 #
 # Needs: nginx, wrk, h2load, openssl, curl, python3, taskset (Debian: nginx wrk nghttp2-client).
 # Usage: bench/gateway/run.sh
