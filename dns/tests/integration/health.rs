@@ -2,7 +2,6 @@
 //! (rustls, a CA made with rcgen) that are stopped and started again mid-test.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +53,58 @@ async fn withdrawn_edges_fall_back_to_the_next_nearest_then_the_cloud() {
     )
     .await;
     assert_eq!(first_a(&r), Some(POTSDAM));
+}
+
+/// Three HTTPS gateways on 127.0.0.11-13 and a DNS server probing their `/readyz`.
+struct Probed {
+    s: TestServer,
+    gateways: Vec<JoinHandle<()>>,
+    ports: [u16; 3],
+    tls: TlsAcceptor,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts gateways serving `served`'s certificate and a DNS server whose probes trust `trusted_ca_pem`.
+async fn probed(served: &Pki, trusted_ca_pem: &str) -> Probed {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![served.cert.clone()],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(served.key.clone())),
+    )
+    .expect("server config");
+    let tls = TlsAcceptor::from(Arc::new(config));
+    let mut ports = [0u16; 3];
+    let mut gateways = Vec::new();
+    for (i, ip) in [11u8, 12, 13].into_iter().enumerate() {
+        let l = TcpListener::bind((Ipv4Addr::new(127, 0, 0, ip), 0))
+            .await
+            .expect("bind gateway");
+        ports[i] = l.local_addr().expect("addr").port();
+        gateways.push(gateway(l, tls.clone()));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, trusted_ca_pem).expect("write ca");
+    let s = start(
+        topology(ports, 100),
+        MmdbSchema::GeoIp2City,
+        HealthMode::Probe,
+        Some(ca),
+    )
+    .await;
+    Probed {
+        s,
+        gateways,
+        ports,
+        tls,
+        _dir: dir,
+    }
 }
 
 /// A CA and a gateway certificate for the three node addresses.
@@ -121,39 +172,14 @@ async fn wait_for(addr: SocketAddr, subnet: &str, want: Ipv4Addr) -> bool {
 
 #[tokio::test]
 async fn a_stopped_https_gateway_is_withdrawn_and_restored_when_back() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let pki = pki();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("tls versions")
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![pki.cert.clone()],
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.key.clone())),
-    )
-    .expect("server config");
-    let tls = TlsAcceptor::from(Arc::new(config));
-    let mut ports = [0u16; 3];
-    let mut gateways = Vec::new();
-    for (i, ip) in [11u8, 12, 13].into_iter().enumerate() {
-        let l = TcpListener::bind((Ipv4Addr::new(127, 0, 0, ip), 0))
-            .await
-            .expect("bind gateway");
-        ports[i] = l.local_addr().expect("addr").port();
-        gateways.push(gateway(l, tls.clone()));
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &pki.ca_pem).expect("write ca");
-    let s = start(
-        topology(ports, 100),
-        MmdbSchema::GeoIp2City,
-        HealthMode::Probe,
-        Some(ca),
-    )
-    .await;
+    let Probed {
+        s,
+        mut gateways,
+        ports,
+        tls,
+        _dir,
+    } = probed(&pki, &pki.ca_pem).await;
 
     let berlin = "192.0.2.1/24";
     assert!(wait_for(s.addr, berlin, TU_BERLIN).await);
@@ -192,44 +218,14 @@ async fn a_stopped_https_gateway_is_withdrawn_and_restored_when_back() {
         ),
         Some(POTSDAM)
     );
-    let _ = Path::new(&dir.path());
 }
 
 #[tokio::test]
 async fn a_gateway_with_an_untrusted_certificate_is_withdrawn() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let (trusted, served) = (pki(), pki());
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("tls versions")
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![served.cert.clone()],
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(served.key.clone())),
-    )
-    .expect("server config");
-    let tls = TlsAcceptor::from(Arc::new(config));
-    let mut ports = [0u16; 3];
-    let mut gateways = Vec::new();
-    for (i, ip) in [11u8, 12, 13].into_iter().enumerate() {
-        let l = TcpListener::bind((Ipv4Addr::new(127, 0, 0, ip), 0))
-            .await
-            .expect("bind gateway");
-        ports[i] = l.local_addr().expect("addr").port();
-        gateways.push(gateway(l, tls.clone()));
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &trusted.ca_pem).expect("write ca");
-    let s = start(
-        topology(ports, 100),
-        MmdbSchema::GeoIp2City,
-        HealthMode::Probe,
-        Some(ca),
-    )
-    .await;
+    let Probed {
+        s, gateways, _dir, ..
+    } = probed(&served, &trusted.ca_pem).await;
     assert!(
         wait_for(s.addr, "192.0.2.1/24", CLOUD).await,
         "no gateway passes TLS: the cloud is answered"
