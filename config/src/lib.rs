@@ -23,8 +23,8 @@ pub use function::FunctionConfig;
 pub use location::{GeoLocator, LatLon, LocationError};
 pub use service_map::{NodeEntry, ServiceMap};
 pub use topology::{
-    AreaSettings, DnsSettings, GatewaySettings, GeoIpSettings, NodeConfig, Role, SecuritySettings,
-    TlsSettings, Topology,
+    AreaSettings, DnsSettings, GatewaySettings, GeoIpSettings, NodeConfig, Role, SchedulerPolicy,
+    SchedulerSettings, SecuritySettings, TlsSettings, Topology,
 };
 
 #[cfg(test)]

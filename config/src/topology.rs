@@ -39,6 +39,9 @@ pub struct Topology {
     /// The geo DNS server.
     #[serde(default)]
     pub dns: DnsSettings,
+    /// Which placement policy an edge gateway asks before running a call.
+    #[serde(default)]
+    pub scheduler: SchedulerSettings,
     /// The nodes: edges and exactly one cloud.
     #[serde(rename = "node", default)]
     pub nodes: Vec<NodeConfig>,
@@ -183,6 +186,29 @@ impl Default for SecuritySettings {
             offload_secret_env: default_secret_env(),
         }
     }
+}
+
+/// The live scheduler of the edge gateways.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSettings {
+    /// Policy an edge asks, per call, whether to run the call here (in a warm or a new
+    /// instance) or offload it to the cloud at once. Default `none`.
+    #[serde(default)]
+    pub policy: SchedulerPolicy,
+}
+
+/// A placement policy the gateway can run live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerPolicy {
+    /// No scheduler: serve at the edge, offload only on failure or when the edge is full.
+    #[default]
+    None,
+    /// Lowest latency the scheduler's model estimates (cold start + compute + communication).
+    Greedy,
+    /// The shipped PPO actor (`scheduler/weights/berlin.safetensors`).
+    Ppo,
 }
 
 /// The geo DNS server.

@@ -222,6 +222,10 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         self.catalog.get(|| self.inner.list()).await
     }
 
+    fn stats(&self, function: &str) -> Option<crate::PoolStats> {
+        self.inner.stats(function)
+    }
+
     async fn health(&self) -> Health {
         if self.breaker.state() == BreakerState::Open {
             return Health::Unhealthy("circuit open after repeated failures".to_owned());

@@ -120,4 +120,11 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
 
     /// A cheap probe of whether the backend can take calls now.
     async fn health(&self) -> Health;
+
+    /// Instances of `function` this backend holds now, for the scheduler; `None` (the default)
+    /// where the backend cannot tell (remote platforms).
+    fn stats(&self, function: &str) -> Option<PoolStats> {
+        let _ = function;
+        None
+    }
 }

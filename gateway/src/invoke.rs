@@ -1,5 +1,8 @@
 //! Running one call: the local backends in order, then the cloud.
 //!
+//! An edge with a `[scheduler]` policy asks it first: the policy may send the call to the cloud
+//! at once (offload reason `scheduler`) or pick a warm or a new instance here.
+//!
 //! A backend that fails for any reason but the client's (crash, timeout, unknown to this edge,
 //! down, overloaded) hands the call to the next backend, then to the cloud, so the client sees
 //! an answer whenever any node can give one.
@@ -10,10 +13,12 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use bytes::Bytes;
+use geofaas_config::LatLon;
 use geofaas_functions::{ContainerChoice, Invocation, InvokeError, InvokeOutput};
 
 use crate::error::ApiError;
 use crate::node::NodeState;
+use crate::schedule::Placement;
 
 /// Header naming the node that ran the function.
 pub const SERVED_BY: &str = "x-served-by";
@@ -33,6 +38,8 @@ pub struct Call {
     pub headers: HeaderMap,
     /// Raw body.
     pub body: Bytes,
+    /// Where the client is, when known (the scheduler's source).
+    pub location: Option<LatLon>,
     /// When the gateway received the call.
     pub received: Instant,
     /// Time spent deciding where to serve it.
@@ -52,10 +59,39 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Result<Response<Body>, A
     };
     let overloaded = permit.is_none();
     let mut last_err: Option<InvokeError> = None;
-    if !overloaded {
-        let queued = call.received.elapsed().saturating_sub(call.route_time);
-        match try_backends(state, &call, deadline).await {
-            Ok(out) => return Ok(local_response(state, &call, out, queued)),
+    // Waiting for admission only; the decision below is reported as `sched`.
+    let queued = call.received.elapsed().saturating_sub(call.route_time);
+    let (placement, sched_time) = match (&state.scheduler, overloaded) {
+        (Some(s), false) => {
+            let started = Instant::now();
+            let in_flight = state
+                .topology
+                .gateway
+                .max_concurrent_calls
+                .max(1)
+                .saturating_sub(state.admission.available_permits() + 1);
+            let p = s.decide(
+                &state.topology,
+                &state.backends,
+                &call.function,
+                call.location,
+                in_flight,
+            );
+            (p, Some(started.elapsed()))
+        }
+        _ => (None, None),
+    };
+    if placement == Some(Placement::Cloud) {
+        tracing::debug!(function = %call.function, "scheduler: offloading");
+        metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "scheduler").increment(1);
+    } else if !overloaded {
+        let choice = match placement {
+            Some(Placement::Reuse) => ContainerChoice::Reuse,
+            Some(Placement::New) => ContainerChoice::New,
+            _ => ContainerChoice::Any,
+        };
+        match try_backends(state, &call, deadline, choice).await {
+            Ok(out) => return Ok(local_response(state, &call, out, queued, sched_time)),
             Err(e) => last_err = e,
         }
     } else {
@@ -94,6 +130,7 @@ async fn try_backends(
     state: &NodeState,
     call: &Call,
     deadline: Instant,
+    container: ContainerChoice,
 ) -> Result<InvokeOutput, Option<InvokeError>> {
     let mut last = None;
     for backend in &state.backends {
@@ -109,7 +146,7 @@ async fn try_backends(
             body: call.body.clone(),
             headers: call.headers.clone(),
             deadline,
-            container: ContainerChoice::Any,
+            container,
         };
         let started = Instant::now();
         let result = backend.invoke(inv).await;
@@ -135,6 +172,7 @@ fn local_response(
     call: &Call,
     out: InvokeOutput,
     queued: Duration,
+    sched: Option<Duration>,
 ) -> Response<Body> {
     let mut timing = String::with_capacity(96);
     for (i, (name, d)) in [
@@ -151,6 +189,10 @@ fn local_response(
         }
         timing.push_str(name);
         timing.push_str(";dur=");
+        push_ms(&mut timing, d);
+    }
+    if let Some(d) = sched {
+        timing.push_str(", sched;dur=");
         push_ms(&mut timing, d);
     }
     let content_type = out

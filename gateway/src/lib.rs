@@ -18,6 +18,7 @@ pub mod node;
 pub mod offload;
 pub mod routes;
 pub mod routing;
+pub mod schedule;
 pub mod server;
 pub mod tls;
 pub mod up;

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use crate::auth::OffloadKey;
 use crate::offload::CloudLink;
+use crate::schedule::EdgeScheduler;
 
 /// What a node needs besides the topology.
 #[derive(Clone, Default)]
@@ -39,6 +40,8 @@ pub struct NodeState {
     pub backends: Vec<Arc<dyn FunctionBackend>>,
     /// The cloud gateway, for edges that offload.
     pub cloud: Option<CloudLink>,
+    /// The placement policy an edge that offloads asks before each call (`[scheduler]`).
+    pub scheduler: Option<EdgeScheduler>,
     /// Verifies offload credentials of calls from other nodes.
     pub key: Option<OffloadKey>,
     /// IP geolocation, when configured.
@@ -82,6 +85,10 @@ impl NodeState {
             )?),
             _ => None,
         };
+        let scheduler = match cloud {
+            Some(_) => EdgeScheduler::from_topology(&topology, id)?,
+            None => None,
+        };
         Ok(Self {
             id: id.to_owned(),
             role: node.role,
@@ -89,6 +96,7 @@ impl NodeState {
             map,
             backends,
             cloud,
+            scheduler,
             key,
             locator: opts.locator,
             ready: AtomicBool::new(true),

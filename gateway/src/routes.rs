@@ -104,6 +104,7 @@ async fn call_function(
         path_and_query,
         headers: function_headers(&parts.headers),
         body,
+        location,
         received,
         route_time,
     };

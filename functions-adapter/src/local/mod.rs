@@ -282,6 +282,9 @@ impl FunctionBackend for LocalRuntime {
             Health::Healthy
         }
     }
+    fn stats(&self, function: &str) -> Option<PoolStats> {
+        LocalRuntime::stats(self, function)
+    }
 }
 
 fn validate(cfg: &LocalBackend) -> Result<(), LocalError> {

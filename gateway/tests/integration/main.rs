@@ -5,3 +5,4 @@ mod cluster;
 mod errors;
 mod handover;
 mod offload;
+mod scheduler;
