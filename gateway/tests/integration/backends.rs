@@ -16,7 +16,7 @@ fn topology(ports: &[u16], tinyfaas: &FakeTinyfaas, lambda_url: &str) -> String 
         )
     };
     let tiny = format!(
-        "[[node.backend]]\nkind = \"tinyfaas\"\nurl = \"{}\"\nmanager_url = \"{}\"\ntimeout_ms = 2000\nbreaker_failures = 1\n",
+        "[[node.backend]]\nkind = \"tinyfaas\"\nurl = \"{}\"\nmanager_url = \"{}\"\ntimeout_ms = 10000\nbreaker_failures = 1\n",
         tinyfaas.proxy_url(),
         tinyfaas.manager_url()
     );
