@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod cli;
 pub mod error;
+pub mod idempotency;
 pub mod invoke;
 pub mod node;
 pub mod offload;

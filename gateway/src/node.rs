@@ -52,6 +52,8 @@ pub struct NodeState {
     pub ready: AtomicBool,
     /// Prometheus handle for `/metrics`.
     pub metrics: Option<PrometheusHandle>,
+    /// Answers of calls made with an `Idempotency-Key`.
+    pub idempotency: crate::idempotency::IdempotencyCache,
 }
 
 impl std::fmt::Debug for NodeState {
@@ -101,6 +103,7 @@ impl NodeState {
             locator: opts.locator,
             ready: AtomicBool::new(true),
             metrics: opts.metrics,
+            idempotency: Default::default(),
             topology,
         })
     }

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use crate::auth::OFFLOAD_HEADER;
 use crate::error::ApiError;
+use crate::idempotency;
 use crate::invoke::{self, Call};
 use crate::node::NodeState;
 use crate::routing::{self, Route};
@@ -96,8 +97,11 @@ async fn call_function(
     if !state.knows(&name).await {
         return Err(ApiError::unknown_function(&name));
     }
+    let idempotency_key = idempotency::key(&parts.headers, &name)?;
     let limit = state.topology.gateway.max_body_bytes;
     let body = read_body(&parts.headers, body, limit).await?;
+    let idempotency_key =
+        idempotency_key.map(|k| (k, idempotency::fingerprint(&path_and_query, &body)));
     let call = Call {
         function: name,
         method: parts.method,
@@ -108,7 +112,15 @@ async fn call_function(
         received,
         route_time,
     };
-    let resp = invoke::run(&state, call).await;
+    let resp = match idempotency_key {
+        Some((key, request)) => {
+            state
+                .idempotency
+                .run(key, request, invoke::run(&state, call))
+                .await
+        }
+        None => invoke::run(&state, call).await,
+    };
     let outcome = match &resp {
         Ok(r) if r.headers().contains_key(crate::offload::OFFLOADED_FROM) => "offloaded",
         Ok(_) => "served",

@@ -4,5 +4,6 @@ mod backends;
 mod cluster;
 mod errors;
 mod handover;
+mod idempotency;
 mod offload;
 mod scheduler;

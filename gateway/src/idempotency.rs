@@ -1,0 +1,166 @@
+//! Idempotent retries: a call with an `Idempotency-Key` header runs at most once per key (per
+//! function, on this node); a retry within the retention time gets the first answer again, marked
+//! `Idempotent-Replayed: true`, instead of running the function twice.
+//!
+//! Concurrent calls with the same key wait for the one that runs. Answers with a 5xx status are
+//! shared with those waiters but not kept, so a later retry runs again. A key reused with a
+//! different request (body or path) is refused with 422. Keys are not bound to a client: clients
+//! should use unique values such as UUIDs.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
+
+use crate::error::ApiError;
+
+/// Request header carrying the client's key.
+pub const KEY_HEADER: &str = "idempotency-key";
+/// Response header marking a replayed answer.
+pub const REPLAYED: &str = "idempotent-replayed";
+/// How long answers are kept.
+const RETENTION: Duration = Duration::from_secs(600);
+/// Most bytes of kept answers (bodies plus a fixed overhead each).
+const CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
+/// Longest accepted key.
+const MAX_KEY_LEN: usize = 255;
+
+/// A kept answer.
+#[derive(Debug)]
+struct Stored {
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Bytes,
+    request: u64,
+}
+
+/// Why a keyed call did not produce a keepable answer.
+#[derive(Debug)]
+enum Unkept {
+    Api(ApiError),
+    ServerError(Stored),
+}
+
+/// The answers of keyed calls on one node.
+#[derive(Debug)]
+pub struct IdempotencyCache {
+    answers: moka::future::Cache<String, Arc<Stored>>,
+}
+
+impl Default for IdempotencyCache {
+    fn default() -> Self {
+        Self {
+            answers: moka::future::Cache::builder()
+                .max_capacity(CAPACITY_BYTES)
+                .weigher(|_, v: &Arc<Stored>| u32::try_from(v.body.len() + 256).unwrap_or(u32::MAX))
+                .time_to_live(RETENTION)
+                .build(),
+        }
+    }
+}
+
+/// The cache key of a keyed call of `function`, or `None` without the header; 400 for a bad key.
+pub fn key(headers: &HeaderMap, function: &str) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(KEY_HEADER) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= MAX_KEY_LEN);
+    match text {
+        Some(t) => Ok(Some(format!("{function}\n{t}"))),
+        None => Err(ApiError::bad_header(
+            "Idempotency-Key",
+            &String::from_utf8_lossy(value.as_bytes()),
+            format!("1 to {MAX_KEY_LEN} visible ASCII characters"),
+        )),
+    }
+}
+
+/// A fingerprint of what the call asks for, to refuse a key reused for another request.
+pub fn fingerprint(path_and_query: &str, body: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    path_and_query.hash(&mut h);
+    body.hash(&mut h);
+    h.finish()
+}
+
+impl IdempotencyCache {
+    /// Runs `call` unless an answer for `key` is kept (or being made), and returns that answer.
+    pub async fn run(
+        &self,
+        key: String,
+        request: u64,
+        call: impl std::future::Future<Output = Result<Response<Body>, ApiError>>,
+    ) -> Result<Response<Body>, ApiError> {
+        let ran = AtomicBool::new(false);
+        let result = self
+            .answers
+            .try_get_with(key, async {
+                ran.store(true, Ordering::Relaxed);
+                let stored = Stored::collect(call.await.map_err(Unkept::Api)?, request).await?;
+                if stored.status.is_server_error() {
+                    return Err(Unkept::ServerError(stored));
+                }
+                Ok(Arc::new(stored))
+            })
+            .await;
+        let replayed = !ran.load(Ordering::Relaxed);
+        let stored: &Stored = match &result {
+            Ok(stored) => stored,
+            Err(unkept) => match unkept.as_ref() {
+                Unkept::Api(e) => return Err(e.clone()),
+                Unkept::ServerError(stored) => stored,
+            },
+        };
+        if stored.request != request {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "this Idempotency-Key was used for a different request",
+            ));
+        }
+        Ok(stored.response(replayed))
+    }
+}
+
+impl Stored {
+    async fn collect(resp: Response<Body>, request: u64) -> Result<Self, Unkept> {
+        let (parts, body) = resp.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|_| {
+            Unkept::Api(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "backend_failed",
+                "the answer was cut off",
+            ))
+        })?;
+        Ok(Self {
+            status: parts.status,
+            headers: parts
+                .headers
+                .into_iter()
+                .filter_map(|(n, v)| Some((n?, v)))
+                .collect(),
+            body,
+            request,
+        })
+    }
+
+    fn response(&self, replayed: bool) -> Response<Body> {
+        let mut resp = Response::new(Body::from(self.body.clone()));
+        *resp.status_mut() = self.status;
+        let headers = resp.headers_mut();
+        for (n, v) in &self.headers {
+            headers.append(n.clone(), v.clone());
+        }
+        if replayed {
+            headers.insert(REPLAYED, HeaderValue::from_static("true"));
+        }
+        resp
+    }
+}
