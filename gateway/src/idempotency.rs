@@ -29,9 +29,9 @@ const CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest accepted key.
 const MAX_KEY_LEN: usize = 255;
 
-/// A kept answer.
+/// A kept answer (also what async activations keep).
 #[derive(Debug)]
-struct Stored {
+pub(crate) struct Stored {
     status: StatusCode,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
@@ -40,7 +40,7 @@ struct Stored {
 
 /// Why a keyed call did not produce a keepable answer.
 #[derive(Debug)]
-enum Unkept {
+pub(crate) enum Unkept {
     Api(ApiError),
     ServerError(Stored),
 }
@@ -130,7 +130,7 @@ impl IdempotencyCache {
 }
 
 impl Stored {
-    async fn collect(resp: Response<Body>, request: u64) -> Result<Self, Unkept> {
+    pub(crate) async fn collect(resp: Response<Body>, request: u64) -> Result<Self, Unkept> {
         let (parts, body) = resp.into_parts();
         let body = axum::body::to_bytes(body, usize::MAX).await.map_err(|_| {
             Unkept::Api(ApiError::new(
@@ -151,7 +151,27 @@ impl Stored {
         })
     }
 
-    fn response(&self, replayed: bool) -> Response<Body> {
+    /// Size of the kept body in bytes.
+    pub(crate) fn body_len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// An error answer, kept like any other.
+    pub(crate) fn from_error(e: &ApiError) -> Self {
+        let body = serde_json::json!({"error": {"code": e.code, "message": e.message}});
+        Self {
+            status: e.status,
+            headers: vec![(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body: Bytes::from(body.to_string()),
+            request: 0,
+        }
+    }
+
+    /// The kept answer as a response, marked replayed if asked.
+    pub(crate) fn response(&self, replayed: bool) -> Response<Body> {
         let mut resp = Response::new(Body::from(self.body.clone()));
         *resp.status_mut() = self.status;
         let headers = resp.headers_mut();

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activations;
 pub mod auth;
 pub mod cli;
 pub mod error;

@@ -54,6 +54,8 @@ pub struct NodeState {
     pub metrics: Option<PrometheusHandle>,
     /// Answers of calls made with an `Idempotency-Key`.
     pub idempotency: crate::idempotency::IdempotencyCache,
+    /// Calls running in the background for `Prefer: respond-async` clients.
+    pub activations: crate::activations::Activations,
 }
 
 impl std::fmt::Debug for NodeState {
@@ -104,6 +106,7 @@ impl NodeState {
             ready: AtomicBool::new(true),
             metrics: opts.metrics,
             idempotency: Default::default(),
+            activations: Default::default(),
             topology,
         })
     }

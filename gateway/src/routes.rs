@@ -15,6 +15,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::json;
 
+use crate::activations;
 use crate::auth::OFFLOAD_HEADER;
 use crate::error::ApiError;
 use crate::idempotency;
@@ -33,6 +34,7 @@ pub struct ClientAddr(pub SocketAddr);
 pub fn router(state: Arc<NodeState>) -> Router {
     Router::new()
         .route("/fn/{name}", any(call_function))
+        .route("/activations/{id}", get(activation))
         .route("/functions", get(functions))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -112,6 +114,9 @@ async fn call_function(
         received,
         route_time,
     };
+    if activations::wants_async(&parts.headers) {
+        return state.activations.start(state.clone(), call);
+    }
     let resp = match idempotency_key {
         Some((key, request)) => {
             state
@@ -186,7 +191,8 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
 
 /// Headers a function (and the cloud, on offload) may see: no hop-by-hop, credential or framing headers.
 fn function_headers(headers: &HeaderMap) -> HeaderMap {
-    const DROP: [&str; 11] = [
+    // `prefer` is the gateway's own business: an offloaded async call must run synchronously at the cloud.
+    const DROP: [&str; 12] = [
         "host",
         "connection",
         "content-length",
@@ -197,6 +203,7 @@ fn function_headers(headers: &HeaderMap) -> HeaderMap {
         "authorization",
         "proxy-authorization",
         "cookie",
+        "prefer",
         OFFLOAD_HEADER,
     ];
     headers
@@ -204,6 +211,13 @@ fn function_headers(headers: &HeaderMap) -> HeaderMap {
         .filter(|(n, _)| !DROP.contains(&n.as_str()) && !n.as_str().starts_with("proxy-"))
         .map(|(n, v)| (HeaderName::clone(n), v.clone()))
         .collect()
+}
+
+async fn activation(
+    State(state): State<Arc<NodeState>>,
+    Path(id): Path<String>,
+) -> Result<Response<Body>, ApiError> {
+    state.activations.get(&id)
 }
 
 async fn functions(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value> {

@@ -15,6 +15,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub struct TestServer {
     addr: SocketAddr,
     task: Option<JoinHandle<()>>,
+    close: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl TestServer {
@@ -29,10 +30,12 @@ impl TestServer {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let task = tokio::spawn(accept_loop(listener, router));
+        let (close, closed) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(accept_loop(listener, router, closed));
         Self {
             addr,
             task: Some(task),
+            close: Some(close),
         }
     }
 
@@ -53,6 +56,17 @@ impl TestServer {
         }
     }
 
+    /// Like [`TestServer::stop`], but returns only once the listener and every connection are
+    /// gone, so the very next request a client sends fails.
+    pub async fn shutdown(&mut self) {
+        if let Some(close) = self.close.take() {
+            let _ = close.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
     /// Whether [`TestServer::stop`] has been called.
     pub fn is_stopped(&self) -> bool {
         self.task.is_none()
@@ -65,12 +79,21 @@ impl Drop for TestServer {
     }
 }
 
-/// Accepts connections until aborted; aborting drops the `JoinSet`, which aborts every
-/// connection task with it.
-async fn accept_loop(listener: TcpListener, router: Router) {
+/// Accepts connections until aborted (dropping the `JoinSet` aborts every connection task with
+/// it) or told to close (then it waits until every connection task has ended).
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    mut closed: tokio::sync::oneshot::Receiver<()>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
+            _ = &mut closed => {
+                drop(listener);
+                connections.shutdown().await;
+                return;
+            }
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let service = TowerToHyperService::new(router.clone());

@@ -111,6 +111,12 @@ impl FakeTinyfaas {
         self.manager.stop();
     }
 
+    /// Like [`FakeTinyfaas::stop`], returning once no connection can be served any more.
+    pub async fn shutdown(&mut self) {
+        self.proxy.shutdown().await;
+        self.manager.shutdown().await;
+    }
+
     /// Deploys or replaces a function behind the manager's back.
     pub fn set_function(&self, name: impl Into<String>, behaviour: FakeFunction) {
         lock(&self.state).functions.insert(name.into(), behaviour);

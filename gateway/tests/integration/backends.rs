@@ -75,7 +75,7 @@ async fn dead_tinyfaas_edge_is_offloaded_to_a_lambda_cloud() {
     assert_eq!(resp.headers()["x-served-by"], "tu-berlin");
     assert_eq!(resp.text().await.unwrap(), "from tinyfaas");
 
-    tiny.stop();
+    tiny.shutdown().await;
     let resp = call().await.unwrap();
     assert_eq!(resp.status(), 200, "the client never sees the edge failure");
     assert_eq!(resp.headers()["x-offloaded-from"], "tu-berlin");

@@ -1,5 +1,6 @@
 //! Integration tests of the gateway: three real nodes over TLS on loopback.
 
+mod activations;
 mod backends;
 mod cluster;
 mod errors;
