@@ -98,15 +98,7 @@ impl EdgeScheduler {
             .iter()
             .enumerate()
             .find(|(_, f)| f.name == function)?;
-        let profile = FunctionProfile {
-            cpu_ms: f.cpu_ms,
-            cores: 1.0,
-            memory_mb: f.memory_mb,
-            image_mb: f.image_mb,
-            init_ms: f.init_ms,
-            input_kb: f.input_kb,
-            slo_ms: f.slo_ms,
-        };
+        let profile = FunctionProfile::from(f);
         let stats = backends.iter().find_map(|b| b.stats(function));
         let here = self.local(&profile, stats, in_flight);
         let obs = Observation {

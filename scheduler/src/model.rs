@@ -58,6 +58,21 @@ pub struct FunctionProfile {
     pub slo_ms: f64,
 }
 
+impl From<&geofaas_config::FunctionConfig> for FunctionProfile {
+    /// The profile a topology's `[[function]]` declares (one core per instance).
+    fn from(f: &geofaas_config::FunctionConfig) -> Self {
+        Self {
+            cpu_ms: f.cpu_ms,
+            cores: 1.0,
+            memory_mb: f.memory_mb,
+            image_mb: f.image_mb,
+            init_ms: f.init_ms,
+            input_kb: f.input_kb,
+            slo_ms: f.slo_ms,
+        }
+    }
+}
+
 /// One node's static capacity (F_v, C_v, B_v and its clock). Names live beside it
 /// (`Topology::ids`) so that this stays `Copy` on the decision path.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -168,18 +168,7 @@ impl Topology {
         let functions = cfg
             .functions
             .iter()
-            .map(|f| {
-                let p = FunctionProfile {
-                    cpu_ms: f.cpu_ms,
-                    cores: 1.0,
-                    memory_mb: f.memory_mb,
-                    image_mb: f.image_mb,
-                    init_ms: f.init_ms,
-                    input_kb: f.input_kb,
-                    slo_ms: f.slo_ms,
-                };
-                (f.name.clone(), p)
-            })
+            .map(|f| (f.name.clone(), FunctionProfile::from(f)))
             .collect::<Vec<_>>();
         let around = if edges.is_empty() { &nodes } else { &edges };
         Ok(Self {

@@ -84,6 +84,23 @@ impl Cluster {
         req.send().await.expect("request")
     }
 
+    /// `POST {node}/fn/{function}` from a client at `location`, without following redirects.
+    pub async fn post(
+        &self,
+        node: &str,
+        function: &str,
+        location: &str,
+        body: &'static str,
+    ) -> reqwest::Response {
+        self.client
+            .post(format!("{}/fn/{function}", self.url(node)))
+            .header("X-Client-Location", location)
+            .body(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
     pub async fn stop(self) {
         for n in self.nodes {
             n.shutdown().await.unwrap();

@@ -4,20 +4,10 @@ use crate::cluster::Cluster;
 
 const BERLIN: &str = "52.51,13.32";
 
-async fn call(c: &Cluster, function: &str, body: &'static str) -> reqwest::Response {
-    c.client
-        .post(format!("{}/fn/{function}", c.url("tu-berlin")))
-        .header("X-Client-Location", BERLIN)
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashing_edge_function_is_offloaded_to_the_cloud() {
     let c = Cluster::start(1 << 20).await;
-    let resp = call(&c, "flaky", "payload").await;
+    let resp = c.post("tu-berlin", "flaky", BERLIN, "payload").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-offloaded-from"], "tu-berlin");
     assert_eq!(resp.headers()["x-served-by"], "cloud");
@@ -28,7 +18,7 @@ async fn crashing_edge_function_is_offloaded_to_the_cloud() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timed_out_edge_call_is_offloaded() {
     let c = Cluster::start(1 << 20).await;
-    let resp = call(&c, "slow", "").await;
+    let resp = c.post("tu-berlin", "slow", BERLIN, "").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-offloaded-from"], "tu-berlin");
     assert_eq!(resp.text().await.unwrap(), "cloud slow ok");
@@ -38,7 +28,7 @@ async fn timed_out_edge_call_is_offloaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn function_missing_at_the_edge_is_offloaded() {
     let c = Cluster::start(1 << 20).await;
-    let resp = call(&c, "cloudonly", "").await;
+    let resp = c.post("tu-berlin", "cloudonly", BERLIN, "").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-offloaded-from"], "tu-berlin");
     assert_eq!(resp.text().await.unwrap(), "only in the cloud");

@@ -22,27 +22,17 @@ async fn start(policy: &str) -> Cluster {
     .await
 }
 
-async fn post(c: &Cluster, function: &str, body: &'static str) -> reqwest::Response {
-    c.client
-        .post(format!("{}/fn/{function}", c.url("tu-berlin")))
-        .header("X-Client-Location", BERLIN)
-        .body(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     let c = start("greedy").await;
-    let resp = post(&c, "echo", "heavy image").await;
+    let resp = c.post("tu-berlin", "echo", BERLIN, "heavy image").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-offloaded-from"], "tu-berlin");
     assert_eq!(resp.headers()["x-served-by"], "cloud");
     assert_eq!(resp.text().await.unwrap(), "heavy image");
 
     for _ in 0..2 {
-        let resp = post(&c, "sieve", "").await;
+        let resp = c.post("tu-berlin", "sieve", BERLIN, "").await;
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["x-served-by"], "tu-berlin");
         assert!(!resp.headers().contains_key("x-offloaded-from"));
@@ -56,7 +46,7 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_policy_the_same_call_stays_at_the_edge() {
     let c = start("none").await;
-    let resp = post(&c, "echo", "heavy image").await;
+    let resp = c.post("tu-berlin", "echo", BERLIN, "heavy image").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-served-by"], "tu-berlin");
     assert!(!resp.headers().contains_key("x-offloaded-from"));
@@ -69,7 +59,7 @@ async fn without_a_policy_the_same_call_stays_at_the_edge() {
 async fn ppo_policy_loads_and_every_call_is_answered() {
     let c = start("ppo").await;
     for function in ["sieve", "echo", "sieve"] {
-        let resp = post(&c, function, "").await;
+        let resp = c.post("tu-berlin", function, BERLIN, "").await;
         assert_eq!(resp.status(), 200, "{function}");
         let by = resp.headers()["x-served-by"].to_str().unwrap().to_owned();
         assert!(by == "tu-berlin" || by == "cloud", "{by}");
