@@ -31,6 +31,16 @@ impl BackendConfig {
             BackendConfig::Lambda(_) => "lambda",
         }
     }
+
+    /// The functions the topology says this backend serves, where it lists them (`local` and
+    /// `lambda` backends); `None` when the backend is asked at run time.
+    pub fn functions(&self) -> Option<&[String]> {
+        match self {
+            BackendConfig::Local(b) => b.functions.as_deref(),
+            BackendConfig::Lambda(b) => b.functions.as_deref(),
+            BackendConfig::Tinyfaas(_) | BackendConfig::Openwhisk(_) => None,
+        }
+    }
 }
 
 /// The embedded local runtime.
@@ -198,9 +208,19 @@ pub struct LambdaBackend {
     /// `RequestResponse` or `Event`. Default `RequestResponse`.
     #[serde(default)]
     pub invocation_type: LambdaInvocationType,
-    /// Functions this backend serves; default: asked from Lambda's ListFunctions.
+    /// Functions this backend serves, by platform name; default: asked from Lambda's
+    /// ListFunctions (names that carry `function_prefix`, with the prefix removed).
     #[serde(default)]
     pub functions: Option<Vec<String>>,
+    /// Prepended to a platform name to get the Lambda function name: with
+    /// `function_prefix = "myservice-prod-"`, `/fn/resize` invokes `myservice-prod-resize`
+    /// (serverless framework names are `<service>-<stage>-<function>`). Default none.
+    #[serde(default)]
+    pub function_prefix: Option<String>,
+    /// Lambda names of single functions, overriding `function_prefix`:
+    /// `lambda_names = { resize = "image-resizer-v2" }`. Default none.
+    #[serde(default)]
+    pub lambda_names: std::collections::BTreeMap<String, String>,
     /// Seconds between refreshes of the cached function list. Default 30.
     #[serde(default = "default_list_refresh_s")]
     pub list_refresh_s: u64,

@@ -11,6 +11,7 @@ pub mod area;
 pub mod backend;
 mod error;
 pub mod function;
+pub mod headers;
 pub mod location;
 pub mod registry;
 mod service_map;

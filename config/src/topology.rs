@@ -101,6 +101,18 @@ pub struct GatewaySettings {
     /// Most calls a node runs at once before it offloads to the cloud. Default 64.
     #[serde(default = "default_max_concurrent_calls")]
     pub max_concurrent_calls: usize,
+    /// Largest request header section in bytes (names, values and 4 bytes per line of
+    /// framing, as HTTP/1.1 sends it); more is `431`. Default 32768 (nginx's default).
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Largest single request header line in bytes (`name: value`); longer is `431`.
+    /// Default 8192 (nginx's default).
+    #[serde(default = "default_max_header_line_bytes")]
+    pub max_header_line_bytes: usize,
+    /// Seconds between refreshes of what the other nodes serve (the cloud's `/functions`).
+    /// Default 30.
+    #[serde(default = "default_peer_refresh_s")]
+    pub peer_refresh_s: u64,
 }
 
 fn default_max_body_bytes() -> usize {
@@ -112,6 +124,15 @@ fn default_call_timeout_ms() -> u64 {
 fn default_max_concurrent_calls() -> usize {
     64
 }
+fn default_max_header_bytes() -> usize {
+    32 * 1024
+}
+fn default_max_header_line_bytes() -> usize {
+    8 * 1024
+}
+fn default_peer_refresh_s() -> u64 {
+    30
+}
 
 impl Default for GatewaySettings {
     fn default() -> Self {
@@ -119,6 +140,9 @@ impl Default for GatewaySettings {
             max_body_bytes: default_max_body_bytes(),
             call_timeout_ms: default_call_timeout_ms(),
             max_concurrent_calls: default_max_concurrent_calls(),
+            max_header_bytes: default_max_header_bytes(),
+            max_header_line_bytes: default_max_header_line_bytes(),
+            peer_refresh_s: default_peer_refresh_s(),
         }
     }
 }

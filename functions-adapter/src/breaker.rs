@@ -188,11 +188,6 @@ impl<B: FunctionBackend> Guarded<B> {
     pub fn breaker(&self) -> &CircuitBreaker {
         &self.breaker
     }
-
-    /// Whether the (cached) function list names `function`.
-    pub async fn serves(&self, function: &str) -> Result<bool, InvokeError> {
-        Ok(self.list().await?.iter().any(|f| f == function))
-    }
 }
 
 #[async_trait]
@@ -219,7 +214,14 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {
-        self.catalog.get(|| self.inner.list()).await
+        Ok(self.catalog.get(|| self.inner.list()).await?.as_ref().clone())
+    }
+
+    async fn serves(&self, function: &str) -> bool {
+        self.catalog
+            .get(|| self.inner.list())
+            .await
+            .is_ok_and(|l| l.iter().any(|f| f == function))
     }
 
     fn stats(&self, function: &str) -> Option<crate::PoolStats> {

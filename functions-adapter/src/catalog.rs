@@ -33,7 +33,7 @@ impl Catalog {
     }
 
     /// The cached list, fetched with `load` when missing or expired.
-    pub async fn get<F, Fut>(&self, load: F) -> Result<Vec<String>, InvokeError>
+    pub async fn get<F, Fut>(&self, load: F) -> Result<Arc<Vec<String>>, InvokeError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<String>, InvokeError>>,
@@ -45,7 +45,7 @@ impl Catalog {
         match fetched {
             Ok(list) => {
                 *self.last_good.lock().unwrap_or_else(|p| p.into_inner()) = Some(list.clone());
-                Ok(list.as_ref().clone())
+                Ok(list)
             }
             Err(err) => {
                 let stale = self
@@ -56,7 +56,7 @@ impl Catalog {
                 match stale {
                     Some(list) => {
                         tracing::debug!(error = %err, "function list refresh failed; serving the last one");
-                        Ok(list.as_ref().clone())
+                        Ok(list)
                     }
                     None => Err(copy_error(&err)),
                 }
@@ -105,13 +105,13 @@ mod tests {
             fetches.fetch_add(1, Ordering::SeqCst);
             Ok(vec!["sieve".to_owned()])
         };
-        assert_eq!(catalog.get(load).await.unwrap(), ["sieve"]);
-        assert_eq!(catalog.get(load).await.unwrap(), ["sieve"]);
+        assert_eq!(*catalog.get(load).await.unwrap(), ["sieve"]);
+        assert_eq!(*catalog.get(load).await.unwrap(), ["sieve"]);
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
 
         catalog.invalidate().await;
         let failing = || async { Err(InvokeError::Unavailable("down".into())) };
-        assert_eq!(catalog.get(failing).await.unwrap(), ["sieve"]);
+        assert_eq!(*catalog.get(failing).await.unwrap(), ["sieve"]);
     }
 
     #[tokio::test]

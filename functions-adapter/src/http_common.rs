@@ -114,28 +114,13 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
-/// Headers never forwarded to a function: hop-by-hop, framing and routing headers.
-const NOT_FORWARDED: [&str; 11] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-    "content-length",
-    "authorization",
-    "proxy-authorization",
-];
-
 /// The call's headers that may travel to a function.
 pub(crate) fn forwardable(
     headers: &HeaderMap,
 ) -> impl Iterator<Item = (&HeaderName, &http::HeaderValue)> {
     headers
         .iter()
-        .filter(|(name, _)| !NOT_FORWARDED.contains(&name.as_str()))
+        .filter(|(name, _)| geofaas_config::headers::is_forwarded(name.as_str()))
 }
 
 /// The reply's content type, if it sent one that is valid text.

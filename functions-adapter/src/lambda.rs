@@ -40,6 +40,34 @@ pub struct LambdaAdapter {
     timeout: Duration,
     invocation_type: LambdaInvocationType,
     functions: Option<Vec<String>>,
+    names: NameMap,
+}
+
+/// Platform function names to Lambda function names and back.
+#[derive(Debug, Default)]
+struct NameMap {
+    prefix: String,
+    overrides: std::collections::BTreeMap<String, String>,
+}
+
+impl NameMap {
+    fn lambda_name(&self, function: &str) -> String {
+        match self.overrides.get(function) {
+            Some(name) => name.clone(),
+            None => format!("{}{function}", self.prefix),
+        }
+    }
+
+    /// The platform name of a Lambda function, if it is one of ours.
+    fn platform_name(&self, lambda: &str) -> Option<String> {
+        if let Some((ours, _)) = self.overrides.iter().find(|(_, l)| *l == lambda) {
+            return Some(ours.clone());
+        }
+        lambda
+            .strip_prefix(self.prefix.as_str())
+            .filter(|n| valid_function_name(n))
+            .map(str::to_owned)
+    }
 }
 
 impl LambdaAdapter {
@@ -78,6 +106,10 @@ impl LambdaAdapter {
             timeout: Duration::from_millis(cfg.timeout_ms),
             invocation_type: cfg.invocation_type,
             functions: cfg.functions.clone(),
+            names: NameMap {
+                prefix: cfg.function_prefix.clone().unwrap_or_default(),
+                overrides: cfg.lambda_names.clone(),
+            },
         })
     }
 
@@ -90,7 +122,8 @@ impl LambdaAdapter {
         if !valid_function_name(&call.function) {
             return Err(InvokeError::UnknownFunction(call.function));
         }
-        let url = self.url(&["2015-03-31", "functions", &call.function, "invocations"])?;
+        let lambda_name = self.names.lambda_name(&call.function);
+        let url = self.url(&["2015-03-31", "functions", &lambda_name, "invocations"])?;
         let kind = match invocation_type {
             LambdaInvocationType::RequestResponse => "RequestResponse",
             LambdaInvocationType::Event => "Event",
@@ -178,7 +211,7 @@ impl LambdaAdapter {
             names.extend(functions.into_iter().flatten().filter_map(|f| {
                 f.get("FunctionName")
                     .and_then(Value::as_str)
-                    .map(str::to_owned)
+                    .and_then(|n| self.names.platform_name(n))
             }));
             marker = page
                 .get("NextMarker")

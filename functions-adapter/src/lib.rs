@@ -118,6 +118,12 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
     /// Names of the functions this backend serves.
     async fn list(&self) -> Result<Vec<String>, InvokeError>;
 
+    /// Whether this backend serves `function` (by its function list; [`Guarded`] answers from
+    /// its cached list without copying it).
+    async fn serves(&self, function: &str) -> bool {
+        self.list().await.is_ok_and(|l| l.iter().any(|f| f == function))
+    }
+
     /// A cheap probe of whether the backend can take calls now.
     async fn health(&self) -> Health;
 

@@ -85,7 +85,7 @@ impl Activations {
             .insert(id.clone(), Arc::new(Activation::Running));
         let (entries, running, task_id) = (self.entries.clone(), self.running.clone(), id.clone());
         tokio::spawn(async move {
-            let stored = match invoke::run(&state, call).await {
+            let stored = match invoke::run(&state, call).await.into_result() {
                 Ok(resp) => match Stored::collect(resp, 0).await {
                     Ok(s) => s,
                     Err(_) => Stored::from_error(&ApiError::new(

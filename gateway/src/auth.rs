@@ -9,9 +9,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ring::hmac;
 
-/// Header carrying the offload credential.
-pub const OFFLOAD_HEADER: &str = "x-geofaas-offload";
-
 /// Signatures older or newer than this many seconds are refused (replay window).
 const MAX_SKEW_S: u64 = 60;
 

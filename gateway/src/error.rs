@@ -36,6 +36,33 @@ impl ApiError {
         )
     }
 
+    /// A function name the platform can never serve (not 1-64 letters, digits, `-`, `_`).
+    pub fn bad_function_name() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_function_name",
+            "a function name is 1 to 64 ASCII letters, digits, '-' and '_'",
+        )
+    }
+
+    /// `/fn/{name}` with a method other than GET and POST.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "functions are called with GET or POST",
+        )
+    }
+
+    /// The request body could not be read (the client reset or broke the stream).
+    pub fn bad_body() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+            "the request body could not be read",
+        )
+    }
+
     /// A request header that could not be used.
     pub fn bad_header(header: &str, value: &str, why: impl std::fmt::Display) -> Self {
         Self::new(

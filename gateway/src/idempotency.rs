@@ -18,10 +18,7 @@ use bytes::Bytes;
 
 use crate::error::ApiError;
 
-/// Request header carrying the client's key.
-pub const KEY_HEADER: &str = "idempotency-key";
-/// Response header marking a replayed answer.
-pub const REPLAYED: &str = "idempotent-replayed";
+use geofaas_config::headers::{IDEMPOTENCY_KEY as KEY_HEADER, IDEMPOTENT_REPLAYED as REPLAYED};
 /// How long answers are kept.
 const RETENTION: Duration = Duration::from_secs(600);
 /// Most bytes of kept answers (bodies plus a fixed overhead each).

@@ -1,29 +1,34 @@
-//! Running one call: the local backends in order, then the cloud.
+//! Running one call: this node's backends that serve the function, in order, then the cloud.
 //!
-//! An edge with a `[scheduler]` policy asks it first: the policy may send the call to the cloud
-//! at once (offload reason `scheduler`) or pick a warm or a new instance here.
+//! The order of decisions, top-down in [`run`]:
+//! 1. which backends here serve the function ([`crate::directory`]); none at an edge means
+//!    offload (reason `not_here`), none at the cloud means `404`;
+//! 2. an admission permit: an edge that has none offloads at once (`overloaded`), the cloud
+//!    waits for one until the call's deadline;
+//! 3. with a `[scheduler]` policy, whether to run here (warm or new instance) or offload now
+//!    (`scheduler`);
+//! 4. each backend in turn; a failure moves on to the next backend and finally to the cloud
+//!    (`backend_failed`). The error's [`Fault`] says what the answer is when nothing is left:
+//!    "not deployed" is the client's `404`, anything else a `5xx` naming the last failure.
 //!
-//! A backend that fails for any reason but the client's (crash, timeout, unknown to this edge,
-//! down, overloaded) hands the call to the next backend, then to the cloud, so the client sees
-//! an answer whenever any node can give one.
+//! [`run`] returns an [`Outcome`]; [`Outcome::into_response`] turns it into the answer.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::response::IntoResponse;
 use bytes::Bytes;
+use geofaas_config::headers::{COLD_START, SERVED_BY, SERVER_TIMING};
 use geofaas_config::LatLon;
-use geofaas_functions::{ContainerChoice, Invocation, InvokeError, InvokeOutput};
+use geofaas_functions::{
+    ContainerChoice, Fault, FunctionBackend, Invocation, InvokeError, InvokeOutput,
+};
 
 use crate::error::ApiError;
 use crate::node::NodeState;
 use crate::schedule::Placement;
-
-/// Header naming the node that ran the function.
-pub const SERVED_BY: &str = "x-served-by";
-/// Header telling whether the call paid a cold start.
-pub const COLD_START: &str = "x-cold-start";
 
 /// One call as received.
 #[derive(Debug)]
@@ -46,8 +51,103 @@ pub struct Call {
     pub route_time: Duration,
 }
 
-/// Runs the call here, failing over to the next backend and then the cloud.
-pub async fn run(state: &Arc<NodeState>, call: Call) -> Result<Response<Body>, ApiError> {
+/// Why an edge sent a call to the cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffloadReason {
+    /// No backend here serves the function.
+    NotHere,
+    /// The edge had no free admission permit.
+    Overloaded,
+    /// The scheduler placed the call in the cloud.
+    Scheduler,
+    /// Every backend here that serves the function failed.
+    BackendFailed,
+}
+
+impl OffloadReason {
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NotHere => "not_here",
+            Self::Overloaded => "overloaded",
+            Self::Scheduler => "scheduler",
+            Self::BackendFailed => "backend_failed",
+        }
+    }
+}
+
+/// What happened to a call.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A backend of this node answered.
+    Served(Response<Body>),
+    /// The cloud answered for this edge.
+    Offloaded {
+        /// Why the edge offloaded.
+        reason: OffloadReason,
+        /// The cloud's answer, marked `X-Offloaded-From`.
+        answer: Response<Body>,
+    },
+    /// No node could answer; the error says why.
+    Failed(ApiError),
+}
+
+impl Outcome {
+    /// `served`, `offloaded` or `error` (metric label).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Served(_) => "served",
+            Self::Offloaded { .. } => "offloaded",
+            Self::Failed(_) => "error",
+        }
+    }
+
+    /// Where the call ran: `local`, `offloaded` or `none` (metric label).
+    pub fn ran(&self) -> &'static str {
+        match self {
+            Self::Served(_) => "local",
+            Self::Offloaded { .. } => "offloaded",
+            Self::Failed(_) => "none",
+        }
+    }
+
+    /// The answer to send.
+    pub fn into_response(self) -> Response<Body> {
+        match self {
+            Self::Served(r) | Self::Offloaded { answer: r, .. } => r,
+            Self::Failed(e) => e.into_response(),
+        }
+    }
+
+    /// The answer as the idempotency cache and activations keep it.
+    pub fn into_result(self) -> Result<Response<Body>, ApiError> {
+        match self {
+            Self::Served(r) | Self::Offloaded { answer: r, .. } => Ok(r),
+            Self::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// Runs the call here or in the cloud and records its metrics.
+pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
+    let function = call.function.clone();
+    let received = call.received;
+    let outcome = decide_and_run(state, call).await;
+    let known = !matches!(&outcome, Outcome::Failed(e) if e.code == "unknown_function");
+    state.metrics.call(
+        if known { &function } else { "_unknown" },
+        outcome.label(),
+        outcome.ran(),
+        received.elapsed(),
+    );
+    outcome
+}
+
+async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
+    let here = state.directory.local(&call.function).await;
+    if here.is_empty() {
+        return offload_or(state, call, OffloadReason::NotHere, ApiError::unknown_function).await;
+    }
     let deadline = call.received + state.call_timeout();
     let permit = match state.cloud {
         // An edge at capacity offloads instead of queueing the client behind other calls.
@@ -57,90 +157,116 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Result<Response<Body>, A
             .ok()
             .and_then(Result::ok),
     };
-    let overloaded = permit.is_none();
-    let mut last_err: Option<InvokeError> = None;
+    let Some(permit) = permit else {
+        tracing::info!("at capacity: offloading");
+        return offload_or(state, call, OffloadReason::Overloaded, |_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "the node is at capacity; retry later",
+            )
+        })
+        .await;
+    };
     // Waiting for admission only; the decision below is reported as `sched`.
     let queued = call.received.elapsed().saturating_sub(call.route_time);
-    let (placement, sched_time) = match (&state.scheduler, overloaded) {
-        (Some(s), false) => {
-            let started = Instant::now();
-            let in_flight = state
-                .topology
-                .gateway
-                .max_concurrent_calls
-                .max(1)
-                .saturating_sub(state.admission.available_permits() + 1);
-            let p = s.decide(
-                &state.topology,
-                &state.backends,
-                &call.function,
-                call.location,
-                in_flight,
-            );
-            (p, Some(started.elapsed()))
+    let started = Instant::now();
+    let placement = state.scheduler.as_ref().and_then(|s| {
+        let in_flight = state
+            .topology
+            .gateway
+            .max_concurrent_calls
+            .max(1)
+            .saturating_sub(state.admission.available_permits() + 1);
+        s.decide(
+            &state.topology,
+            state.directory.backends(),
+            &call.function,
+            call.location,
+            in_flight,
+        )
+    });
+    let sched = state.scheduler.as_ref().map(|_| started.elapsed());
+    let choice = match placement {
+        Some(Placement::Cloud) => {
+            drop(permit);
+            return offload_or(state, call, OffloadReason::Scheduler, |_| unreachable_cloud()).await;
         }
-        _ => (None, None),
+        Some(Placement::Reuse) => ContainerChoice::Reuse,
+        Some(Placement::New) => ContainerChoice::New,
+        None => ContainerChoice::Any,
     };
-    if placement == Some(Placement::Cloud) {
-        tracing::debug!(function = %call.function, "scheduler: offloading");
-        metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "scheduler").increment(1);
-    } else if !overloaded {
-        let choice = match placement {
-            Some(Placement::Reuse) => ContainerChoice::Reuse,
-            Some(Placement::New) => ContainerChoice::New,
-            _ => ContainerChoice::Any,
-        };
-        match try_backends(state, &call, deadline, choice).await {
-            Ok(out) => return Ok(local_response(state, &call, out, queued, sched_time)),
-            Err(e) => last_err = e,
+    let err = match try_backends(state, &here, &call, deadline, choice).await {
+        Ok(out) => {
+            if out.cold_start {
+                state.metrics.cold_start(&call.function, out.cold);
+            }
+            let timing = Timing {
+                route: call.route_time,
+                queue: queued,
+                sched,
+            };
+            return Outcome::Served(local_response(state, out, timing));
         }
-    } else {
-        tracing::info!(function = %call.function, "edge at capacity: offloading");
-        metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "overloaded").increment(1);
-    }
+        Err(e) => e,
+    };
     drop(permit);
-    if let Some(cloud) = &state.cloud {
-        if last_err.is_some() {
-            metrics::counter!("geofaas_offloads_total", "node" => state.id.clone(), "reason" => "backend_failed").increment(1);
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        return cloud
-            .forward(
-                &call.method,
-                &call.path_and_query,
-                &call.headers,
-                call.body,
-                remaining,
-            )
-            .await;
-    }
-    Err(match last_err {
-        Some(e) => ApiError::from_invoke(&call.function, &e),
-        None if overloaded => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "the node is at capacity; retry later",
-        ),
-        None => ApiError::unknown_function(&call.function),
-    })
+    let reason = match err.fault() {
+        // Every backend here said "not deployed" after all: the lists were stale.
+        Fault::Client => OffloadReason::NotHere,
+        Fault::Function | Fault::Backend | Fault::Network => OffloadReason::BackendFailed,
+    };
+    offload_or(state, call, reason, |f| ApiError::from_invoke(f, &err)).await
 }
 
-/// Tries each backend that serves the function; `Err(None)` when none does.
+/// Offloads the call if this is an edge with a link to the cloud, else answers
+/// `otherwise(function)`.
+async fn offload_or(
+    state: &NodeState,
+    call: Call,
+    reason: OffloadReason,
+    otherwise: impl FnOnce(&str) -> ApiError,
+) -> Outcome {
+    let Some(cloud) = &state.cloud else {
+        return Outcome::Failed(otherwise(&call.function));
+    };
+    state.metrics.offload(reason.label());
+    tracing::debug!(reason = reason.label(), "offloading to the cloud");
+    let deadline = call.received + state.call_timeout();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    match cloud
+        .forward(
+            &call.method,
+            &call.path_and_query,
+            &call.headers,
+            call.body,
+            remaining,
+        )
+        .await
+    {
+        Ok(answer) => Outcome::Offloaded { reason, answer },
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+fn unreachable_cloud() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "offload_failed",
+        "the scheduler placed the call in the cloud, which this node cannot reach",
+    )
+}
+
+/// Tries each backend of `here` in turn; the last error when all fail.
 async fn try_backends(
     state: &NodeState,
+    here: &[&Arc<dyn FunctionBackend>],
     call: &Call,
     deadline: Instant,
     container: ContainerChoice,
-) -> Result<InvokeOutput, Option<InvokeError>> {
-    let mut last = None;
-    for backend in &state.backends {
-        if !backend
-            .list()
-            .await
-            .is_ok_and(|l| l.contains(&call.function))
-        {
-            continue;
-        }
+) -> Result<InvokeOutput, InvokeError> {
+    let mut last = InvokeError::UnknownFunction(call.function.clone());
+    for backend in here {
         let inv = Invocation {
             function: call.function.clone(),
             body: call.body.clone(),
@@ -155,29 +281,32 @@ async fn try_backends(
             Err(e) if e.is_retryable() => "retryable",
             Err(_) => "failed",
         };
-        metrics::counter!("geofaas_backend_calls_total", "node" => state.id.clone(), "backend" => backend.kind(), "outcome" => outcome).increment(1);
+        state
+            .metrics
+            .backend_call(backend.kind(), outcome, started.elapsed());
         match result {
             Ok(out) => return Ok(out),
             Err(e) => {
-                tracing::warn!(function = %call.function, backend = backend.kind(), error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
-                last = Some(e);
+                tracing::warn!(backend = backend.kind(), error = %e, fault = ?e.fault(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+                last = e;
             }
         }
     }
     Err(last)
 }
 
-fn local_response(
-    state: &NodeState,
-    call: &Call,
-    out: InvokeOutput,
-    queued: Duration,
+/// Durations the gateway measured itself, for `Server-Timing`.
+struct Timing {
+    route: Duration,
+    queue: Duration,
     sched: Option<Duration>,
-) -> Response<Body> {
+}
+
+fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<Body> {
     let mut timing = String::with_capacity(96);
     for (i, (name, d)) in [
-        ("route", call.route_time),
-        ("queue", queued),
+        ("route", t.route),
+        ("queue", t.queue),
         ("cold", out.cold),
         ("exec", out.exec),
     ]
@@ -191,7 +320,7 @@ fn local_response(
         timing.push_str(";dur=");
         push_ms(&mut timing, d);
     }
-    if let Some(d) = sched {
+    if let Some(d) = t.sched {
         timing.push_str(", sched;dur=");
         push_ms(&mut timing, d);
     }
@@ -203,15 +332,13 @@ fn local_response(
     let mut resp = Response::new(Body::from(out.body));
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, content_type);
-    if let Ok(v) = HeaderValue::from_str(&state.id) {
-        h.insert(SERVED_BY, v);
-    }
+    h.insert(SERVED_BY, state.id_header.clone());
     h.insert(
         COLD_START,
         HeaderValue::from_static(if out.cold_start { "true" } else { "false" }),
     );
     if let Ok(v) = HeaderValue::try_from(timing) {
-        h.insert("server-timing", v);
+        h.insert(SERVER_TIMING, v);
     }
     resp
 }

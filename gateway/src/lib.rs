@@ -4,18 +4,25 @@
 //! clients in other nodes' areas over with a 307, runs the call on its backends and offloads to
 //! the cloud when they fail or the node is full ([`invoke`], [`offload`]).
 //!
-//! Modules: [`routes`] (the HTTP API), [`routing`] (the per-request decision), [`invoke`] (the
-//! call pipeline), [`offload`] and [`auth`] (authenticated node-to-node calls), [`node`] (a node's
-//! state), [`tls`] and [`server`] (HTTPS serving), [`up`] (the one-machine demo), [`cli`].
+//! Modules, in the order a call meets them: [`server`] and [`tls`] (HTTPS serving), [`routes`]
+//! (the HTTP API) with [`headers`] (limits, what a function sees) and [`body`] (reading and
+//! finishing request bodies), [`routing`] (serve here or hand over), [`invoke`] (the call
+//! pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
+//! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
+//! state), [`metrics`], [`up`] (the one-machine demo), [`cli`].
 
 #![forbid(unsafe_code)]
 
 pub mod activations;
 pub mod auth;
+pub mod body;
 pub mod cli;
+pub mod directory;
 pub mod error;
+pub mod headers;
 pub mod idempotency;
 pub mod invoke;
+pub mod metrics;
 pub mod node;
 pub mod offload;
 pub mod routes;
@@ -87,9 +94,14 @@ impl NodeHandle {
         let stop = CancellationToken::new();
         let router = routes::router(state.clone());
         let token = stop.clone();
-        let task = tokio::spawn(server::serve_tls(listener, router, config, async move {
-            token.cancelled().await
-        }));
+        let max_header_bytes = state.topology.gateway.max_header_bytes;
+        let task = tokio::spawn(server::serve_tls(
+            listener,
+            router,
+            config,
+            max_header_bytes,
+            async move { token.cancelled().await },
+        ));
         Ok(Self {
             state,
             addr,

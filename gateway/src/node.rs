@@ -4,12 +4,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use geofaas_config::{GeoLocator, Role, ServiceMap, Topology};
 use geofaas_functions::{FunctionBackend, Health};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Semaphore;
 
 use crate::auth::OffloadKey;
+use crate::directory::Directory;
+use crate::metrics::NodeMetrics;
 use crate::offload::CloudLink;
 use crate::schedule::EdgeScheduler;
 
@@ -22,7 +25,8 @@ pub struct NodeOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// IP geolocation for clients that send no location header.
     pub locator: Option<Arc<dyn GeoLocator>>,
-    /// Prometheus exporter handle, rendered at `/metrics`.
+    /// The process-wide Prometheus handle (series not of one node, such as the co-hosted geo
+    /// DNS), rendered at `/metrics` after the node's own.
     pub metrics: Option<PrometheusHandle>,
 }
 
@@ -30,14 +34,16 @@ pub struct NodeOptions {
 pub struct NodeState {
     /// This node's id.
     pub id: String,
+    /// The id as an `X-Served-By` value.
+    pub id_header: HeaderValue,
     /// Edge or cloud.
     pub role: Role,
     /// The whole topology (functions and settings).
     pub topology: Arc<Topology>,
     /// Area lookup for handovers.
     pub map: ServiceMap,
-    /// Backends in order of preference.
-    pub backends: Vec<Arc<dyn FunctionBackend>>,
+    /// This node's backends and what every node serves.
+    pub directory: Directory,
     /// The cloud gateway, for edges that offload.
     pub cloud: Option<CloudLink>,
     /// The placement policy an edge that offloads asks before each call (`[scheduler]`).
@@ -50,8 +56,8 @@ pub struct NodeState {
     pub admission: Semaphore,
     /// Cleared when the node starts shutting down, so `/readyz` tells DNS to stop sending clients.
     pub ready: AtomicBool,
-    /// Prometheus handle for `/metrics`.
-    pub metrics: Option<PrometheusHandle>,
+    /// This node's metrics, served at `/metrics`.
+    pub metrics: NodeMetrics,
     /// Answers of calls made with an `Idempotency-Key`.
     pub idempotency: crate::idempotency::IdempotencyCache,
     /// Calls running in the background for `Prefer: respond-async` clients.
@@ -93,18 +99,20 @@ impl NodeState {
             Some(_) => EdgeScheduler::from_topology(&topology, id)?,
             None => None,
         };
+        let id_header = HeaderValue::from_str(id)?;
         Ok(Self {
             id: id.to_owned(),
+            id_header,
             role: node.role,
             admission: Semaphore::new(topology.gateway.max_concurrent_calls.max(1)),
             map,
-            backends,
+            directory: Directory::new(&topology, id, backends, cloud.clone()),
             cloud,
             scheduler,
             key,
             locator: opts.locator,
             ready: AtomicBool::new(true),
-            metrics: opts.metrics,
+            metrics: NodeMetrics::new(id, opts.metrics),
             idempotency: Default::default(),
             activations: Default::default(),
             topology,
@@ -116,25 +124,12 @@ impl NodeState {
         Duration::from_millis(self.topology.gateway.call_timeout_ms)
     }
 
-    /// Whether any node may serve `name`: the topology lists it or a local backend has it.
-    pub async fn knows(&self, name: &str) -> bool {
-        if self.topology.function(name).is_some() {
-            return true;
-        }
-        for b in &self.backends {
-            if b.list().await.is_ok_and(|l| l.iter().any(|f| f == name)) {
-                return true;
-            }
-        }
-        false
-    }
-
     /// Whether the node takes calls: not shutting down and at least one backend healthy.
     pub async fn is_ready(&self) -> bool {
         if !self.ready.load(Ordering::Relaxed) {
             return false;
         }
-        for b in &self.backends {
+        for b in self.directory.backends() {
             if b.health().await == Health::Healthy {
                 return true;
             }

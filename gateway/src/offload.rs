@@ -8,23 +8,26 @@ use geofaas_config::NodeEntry;
 use std::time::Duration;
 use url::Url;
 
-use crate::auth::{OffloadKey, OFFLOAD_HEADER};
+use geofaas_config::headers::{self, OFFLOADED_FROM};
+use geofaas_functions::InvokeError;
+
+use crate::auth::OffloadKey;
 use crate::error::ApiError;
 
-/// Header naming the edge that offloaded a call.
-pub const OFFLOADED_FROM: &str = "x-offloaded-from";
-
 /// Response headers of the cloud that reach the client.
-const PASSED_BACK: [&str; 4] = [
+const PASSED_BACK: [&str; 6] = [
     "content-type",
-    "x-served-by",
-    "x-cold-start",
-    "server-timing",
+    headers::SERVED_BY,
+    headers::COLD_START,
+    headers::SERVER_TIMING,
+    headers::IDEMPOTENT_REPLAYED,
+    "retry-after",
 ];
 
 /// A connection-reusing HTTPS client to the cloud gateway.
 #[derive(Debug, Clone)]
 pub struct CloudLink {
+    cloud_id: String,
     base: Url,
     me: String,
     key: OffloadKey,
@@ -46,11 +49,42 @@ impl CloudLink {
             builder = builder.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
         }
         Ok(Self {
+            cloud_id: cloud.id.clone(),
             base: cloud.public_url.clone(),
             me: me.to_owned(),
             key,
             client: builder.build()?,
         })
+    }
+
+    /// The cloud node's id.
+    pub fn cloud_id(&self) -> &str {
+        &self.cloud_id
+    }
+
+    /// The functions the cloud serves itself (`served_here` of its `GET /functions`).
+    pub async fn functions(&self) -> Result<Vec<String>, InvokeError> {
+        #[derive(serde::Deserialize)]
+        struct Functions {
+            served_here: Vec<String>,
+        }
+        let url = self
+            .base
+            .join("/functions")
+            .map_err(|e| InvokeError::Protocol(e.to_string()))?;
+        let resp = self
+            .client
+            .get(url)
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| InvokeError::Unavailable(e.to_string()))?;
+        let list: Functions = resp
+            .json()
+            .await
+            .map_err(|e| InvokeError::Protocol(format!("the cloud's /functions: {e}")))?;
+        Ok(list.served_here)
     }
 
     /// Sends the call to the cloud and returns its answer with `X-Offloaded-From: <me>`.
@@ -75,7 +109,7 @@ impl CloudLink {
             .request(method.clone(), url)
             .timeout(timeout)
             .header(
-                OFFLOAD_HEADER,
+                headers::OFFLOAD,
                 self.key.sign(&self.me, method.as_str(), &path),
             )
             .body(body);

@@ -1,4 +1,10 @@
 //! The HTTP API of a gateway: `/fn/{name}` and the operational endpoints.
+//!
+//! A call, top-down in [`call_function`]: method and name checks, the client's location, the
+//! routing decision (serve here or `307`), the body, then [`invoke::run`] (directly, through
+//! the idempotency cache, or in the background for `Prefer: respond-async`). Two layers wrap
+//! every route: header limits (`431`) and [`body::finish_unread`], which lets HTTP/2 clients
+//! receive every early answer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -6,25 +12,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderName, Method, Request, Response, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use axum::{Extension, Json, Router};
-use bytes::Bytes;
-use futures::StreamExt;
+use geofaas_config::function::valid_function_name;
+use geofaas_config::headers::{OFFLOAD, REQUEST_ID, RETRY, SERVED_BY};
+use geofaas_config::{LatLon, Role};
 use serde_json::json;
+use tower::ServiceBuilder;
+use tracing::Instrument as _;
 
-use crate::activations;
-use crate::auth::OFFLOAD_HEADER;
+use crate::body;
 use crate::error::ApiError;
+use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
 use crate::node::NodeState;
 use crate::routing::{self, Route};
-
-/// Header with which a client retrying at the cloud asks to be served there.
-pub const RETRY_HEADER: &str = "x-geofaas-retry";
 
 /// The remote address of the connection, inserted by the server for each connection.
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +40,12 @@ pub struct ClientAddr(pub SocketAddr);
 
 /// The gateway's routes over `state`.
 pub fn router(state: Arc<NodeState>) -> Router {
+    let settings = &state.topology.gateway;
+    let limits = HeaderLimits {
+        total: settings.max_header_bytes,
+        line: settings.max_header_line_bytes,
+    };
+    let body_limit = settings.max_body_bytes;
     Router::new()
         .route("/fn/{name}", any(call_function))
         .route("/activations/{id}", get(activation))
@@ -40,105 +54,135 @@ pub fn router(state: Arc<NodeState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/registry", get(registry))
         .route("/metrics", get(metrics))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such endpoint; functions are called at /fn/{name}",
-            )
-        })
+        .fallback(no_route)
         .with_state(state)
+        // Outermost first: every answer, the 431 included, leaves the unread body to
+        // `finish_unread`, so HTTP/2 clients get it instead of a reset stream.
+        .layer(
+            ServiceBuilder::new()
+                .layer(from_fn_with_state(body_limit, body::finish_unread))
+                .layer(from_fn_with_state(limits, headers::enforce_limits)),
+        )
 }
 
+/// `/fn/{name}`: one span per call (node, function, request id), and the id in the answer.
 async fn call_function(
     State(state): State<Arc<NodeState>>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     client: Option<Extension<ClientAddr>>,
     req: Request<Body>,
-) -> Result<Response<Body>, ApiError> {
+) -> Response<Body> {
     let received = Instant::now();
+    let request_id = headers::request_id(req.headers());
+    let name = name.map(|Path(n)| n).unwrap_or_default();
+    let span = tracing::info_span!("call", node = %state.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
+    let mut resp = handle_call(state, name, client, req, received)
+        .instrument(span)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    resp.headers_mut().insert(REQUEST_ID, request_id);
+    resp
+}
+
+async fn handle_call(
+    state: Arc<NodeState>,
+    name: String,
+    client: Option<Extension<ClientAddr>>,
+    req: Request<Body>,
+    received: Instant,
+) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
     if parts.method != Method::GET && parts.method != Method::POST {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "functions are called with GET or POST",
-        ));
+        return Err(ApiError::method_not_allowed());
+    }
+    if !valid_function_name(&name) {
+        return Err(ApiError::bad_function_name());
     }
     let path_and_query = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let location = match routing::header_location(&parts.headers)? {
-        Some(p) => Some(p),
-        None => match (&state.locator, client) {
-            (Some(loc), Some(Extension(ClientAddr(addr)))) => loc.locate(addr.ip()),
-            _ => None,
-        },
-    };
+    let location = locate(&state, &parts.headers, client)?;
     let pinned = is_pinned(&state, &parts.method, &parts.uri, &parts.headers);
     let route = routing::decide(&state.map, &state.id, location, pinned);
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
-        metrics::counter!("geofaas_handovers_total", "node" => state.id.clone(), "to" => target.id.clone()).increment(1);
-        let location = routing::handover_url(target, &path_and_query);
-        return Response::builder()
-            .status(StatusCode::TEMPORARY_REDIRECT)
-            .header(header::LOCATION, location)
-            .header(invoke::SERVED_BY, &state.id)
-            .body(Body::empty())
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "could not build the redirect",
-                )
-            });
-    }
-    if !state.knows(&name).await {
-        return Err(ApiError::unknown_function(&name));
+        state.metrics.handover(&target.id);
+        return handover(&state, &routing::handover_url(target, &path_and_query));
     }
     let idempotency_key = idempotency::key(&parts.headers, &name)?;
-    let limit = state.topology.gateway.max_body_bytes;
-    let body = read_body(&parts.headers, body, limit).await?;
+    let body = body::read(&parts.headers, body, state.topology.gateway.max_body_bytes).await?;
     let idempotency_key =
         idempotency_key.map(|k| (k, idempotency::fingerprint(&path_and_query, &body)));
     let call = Call {
         function: name,
         method: parts.method,
         path_and_query,
-        headers: function_headers(&parts.headers),
+        headers: headers::for_function(&parts.headers),
         body,
         location,
         received,
         route_time,
     };
-    if activations::wants_async(&parts.headers) {
+    if crate::activations::wants_async(&parts.headers) {
         return state.activations.start(state.clone(), call);
     }
-    let resp = match idempotency_key {
+    match idempotency_key {
         Some((key, request)) => {
-            state
-                .idempotency
-                .run(key, request, invoke::run(&state, call))
-                .await
+            let run = async { invoke::run(&state, call).await.into_result() };
+            state.idempotency.run(key, request, run).await
         }
-        None => invoke::run(&state, call).await,
-    };
-    let outcome = match &resp {
-        Ok(r) if r.headers().contains_key(crate::offload::OFFLOADED_FROM) => "offloaded",
-        Ok(_) => "served",
-        Err(_) => "error",
-    };
-    metrics::counter!("geofaas_calls_total", "node" => state.id.clone(), "outcome" => outcome)
-        .increment(1);
-    resp
+        None => Ok(invoke::run(&state, call).await.into_response()),
+    }
 }
 
-/// Offloaded by a peer with a valid signature, or a client's explicit retry at the cloud.
+/// No route: `/fn/a/b` is a bad function name (it never contains a slash), the rest a `404`.
+async fn no_route(uri: Uri) -> ApiError {
+    if uri.path().starts_with("/fn/") {
+        return ApiError::bad_function_name();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint; functions are called at /fn/{name}",
+    )
+}
+
+/// The client's location: its header, else its address in the GeoIP database, else unknown.
+fn locate(
+    state: &NodeState,
+    headers: &HeaderMap,
+    client: Option<Extension<ClientAddr>>,
+) -> Result<Option<LatLon>, ApiError> {
+    if let Some(p) = routing::header_location(headers)? {
+        return Ok(Some(p));
+    }
+    Ok(match (&state.locator, client) {
+        (Some(loc), Some(Extension(ClientAddr(addr)))) => loc.locate(addr.ip()),
+        _ => None,
+    })
+}
+
+fn handover(state: &NodeState, location: &str) -> Result<Response<Body>, ApiError> {
+    Response::builder()
+        .status(StatusCode::TEMPORARY_REDIRECT)
+        .header(header::LOCATION, location)
+        .header(SERVED_BY, state.id_header.clone())
+        .body(Body::empty())
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "could not build the redirect",
+            )
+        })
+}
+
+/// Offloaded by a peer with a valid signature, or a client's explicit retry at the cloud (only
+/// the cloud honours that: an edge serving it would serve any client outside its area).
 fn is_pinned(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
-    if let (Some(key), Some(v)) = (&state.key, headers.get(OFFLOAD_HEADER)) {
+    if let (Some(key), Some(v)) = (&state.key, headers.get(OFFLOAD)) {
         if let Some(from) = v
             .to_str()
             .ok()
@@ -149,68 +193,7 @@ fn is_pinned(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap)
         }
         tracing::warn!("offload credential did not verify; routing the call normally");
     }
-    state.cloud.is_none() && headers.get(RETRY_HEADER).is_some_and(|v| v == "1")
-}
-
-/// Reads the body, refusing (413) more than `limit` bytes whether announced or streamed.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let mut body = body.into_data_stream();
-    let mut buf = bytes::BytesMut::new();
-    let mut too_large = announced.is_some_and(|n| n > limit as u64);
-    while !too_large {
-        match body.next().await {
-            None => return Ok(buf.freeze()),
-            Some(Ok(chunk)) if buf.len() + chunk.len() <= limit => buf.extend_from_slice(&chunk),
-            Some(Ok(_)) => too_large = true,
-            Some(Err(_)) => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_body",
-                    "the request body could not be read",
-                ))
-            }
-        }
-    }
-    // Read on (bounded in bytes and time) so HTTP/2 clients get the 413 instead of a reset stream.
-    let drain = async {
-        let mut drained = 0usize;
-        while let Some(Ok(chunk)) = body.next().await {
-            drained += chunk.len();
-            if drained > 2 * limit {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
-    Err(ApiError::body_too_large(limit))
-}
-
-/// Headers a function (and the cloud, on offload) may see: no hop-by-hop, credential or framing headers.
-fn function_headers(headers: &HeaderMap) -> HeaderMap {
-    // `prefer` is the gateway's own business: an offloaded async call must run synchronously at the cloud.
-    const DROP: [&str; 12] = [
-        "host",
-        "connection",
-        "content-length",
-        "transfer-encoding",
-        "te",
-        "upgrade",
-        "keep-alive",
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "prefer",
-        OFFLOAD_HEADER,
-    ];
-    headers
-        .iter()
-        .filter(|(n, _)| !DROP.contains(&n.as_str()) && !n.as_str().starts_with("proxy-"))
-        .map(|(n, v)| (HeaderName::clone(n), v.clone()))
-        .collect()
+    state.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
 }
 
 async fn activation(
@@ -220,18 +203,22 @@ async fn activation(
     state.activations.get(&id)
 }
 
+/// The topology's functions with their profiles, what this node serves, and what it knows
+/// the other nodes serve.
 async fn functions(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value> {
-    let mut list = Vec::new();
-    for f in &state.topology.functions {
-        list.push(json!({"name": f.name, "profile": f}));
-    }
-    let mut local = Vec::new();
-    for b in &state.backends {
-        if let Ok(names) = b.list().await {
-            local.push(json!({"backend": b.kind(), "functions": names}));
-        }
-    }
-    Json(json!({"node": state.id, "functions": list, "backends": local}))
+    let profiles: Vec<_> = state
+        .topology
+        .functions
+        .iter()
+        .map(|f| json!({"name": f.name, "profile": f}))
+        .collect();
+    let view = state.directory.view().await;
+    Json(json!({
+        "node": state.id,
+        "functions": profiles,
+        "served_here": view.served_here,
+        "nodes": view.nodes,
+    }))
 }
 
 async fn readyz(State(state): State<Arc<NodeState>>) -> impl IntoResponse {
@@ -261,17 +248,12 @@ async fn registry(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value
 }
 
 async fn metrics(State(state): State<Arc<NodeState>>) -> Response<Body> {
-    match &state.metrics {
-        Some(handle) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            handle.render(),
-        )
-            .into_response(),
-        None => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "metrics are not enabled on this node",
-        )
-        .into_response(),
-    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }

@@ -9,8 +9,7 @@ use geofaas_config::{LatLon, NodeEntry, ServiceMap};
 
 use crate::error::ApiError;
 
-/// Header carrying the client's position: `<lat>,<lon>[;acc=<metres>]`.
-pub const LOCATION_HEADER: &str = "x-client-location";
+pub use geofaas_config::headers::CLIENT_LOCATION as LOCATION_HEADER;
 
 /// What to do with a call that reached this node.
 #[derive(Debug, Clone, Copy, PartialEq)]

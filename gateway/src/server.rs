@@ -21,12 +21,19 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` with TLS until `shutdown` resolves, then drains connections.
+///
+/// `max_header_bytes` is the router's own header limit (it answers `431` above it). HTTP/2's
+/// decoder gets four times as much room, so a client whose headers are over the limit receives
+/// that `431`, where hyper's default (16 KiB) would close the whole connection instead.
 pub async fn serve_tls(
     listener: TcpListener,
     router: Router,
     tls: Arc<rustls::ServerConfig>,
+    max_header_bytes: usize,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let h2_header_list = u32::try_from(max_header_bytes.saturating_mul(4).max(64 * 1024))
+        .unwrap_or(u32::MAX);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -66,6 +73,7 @@ pub async fn serve_tls(
             // Flatten each HTTP/1.1 response (head and body) into one buffer: over TLS a vectored
             // write becomes one record per slice, so this sends one record instead of two.
             builder.http1().writev(false);
+            builder.http2().max_header_list_size(h2_header_list);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%remote, error = %e, "connection ended with an error");

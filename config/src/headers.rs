@@ -1,0 +1,65 @@
+//! HTTP header names of the platform's API and the one rule for which request headers travel
+//! on to a function (or to the cloud on offload). Gateway, adapters and clients use these
+//! names, so a grep finds every use and a typo does not compile.
+
+/// Request: the client's position, `<lat>,<lon>[;acc=<metres>]`.
+pub const CLIENT_LOCATION: &str = "x-client-location";
+/// Request: a client retrying at the cloud asks to be served there (`1`).
+pub const RETRY: &str = "x-geofaas-retry";
+/// Request: the node-to-node offload credential (HMAC-signed).
+pub const OFFLOAD: &str = "x-geofaas-offload";
+/// Request: makes a retried call return the first answer instead of running twice.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Request and response: the call's id in logs (the client's own if it sent a valid one).
+pub const REQUEST_ID: &str = "x-request-id";
+/// Response: the node that ran the function.
+pub const SERVED_BY: &str = "x-served-by";
+/// Response: the edge that offloaded the call to the cloud.
+pub const OFFLOADED_FROM: &str = "x-offloaded-from";
+/// Response: `true` when a new instance was started for the call.
+pub const COLD_START: &str = "x-cold-start";
+/// Response: `true` when an idempotent call's first answer is replayed.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// Response: route, queue, cold and exec durations in milliseconds.
+pub const SERVER_TIMING: &str = "server-timing";
+
+/// Request headers that never reach a function: hop-by-hop and framing headers, credentials,
+/// and the platform's own control headers (`prefer` decides async handling at the gateway; an
+/// offloaded async call runs synchronously at the cloud).
+const NOT_FORWARDED: [&str; 15] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "prefer",
+    OFFLOAD,
+    RETRY,
+];
+
+/// Whether a request header (lower-case name) may travel to a function or the cloud.
+pub fn is_forwarded(name: &str) -> bool {
+    !NOT_FORWARDED.contains(&name) && !name.starts_with("proxy-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_credentials_and_control_headers_stay_behind() {
+        for h in ["connection", "authorization", "proxy-foo", "cookie", OFFLOAD, "prefer"] {
+            assert!(!is_forwarded(h), "{h}");
+        }
+        for h in ["content-type", CLIENT_LOCATION, IDEMPOTENCY_KEY, "x-custom"] {
+            assert!(is_forwarded(h), "{h}");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Which node serves which function: the one place that decides whether a call can run here.
+//!
+//! This node's own backends answer from their cached function lists. What the other nodes
+//! serve comes from the topology (backend `functions` lists) and, at an edge, from the cloud's
+//! `GET /functions`, fetched and cached for `gateway.peer_refresh_s`. A function this node does
+//! not serve is offloaded by an edge and is a `404` at the cloud (see [`crate::invoke`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use geofaas_config::Topology;
+use geofaas_functions::catalog::Catalog;
+use geofaas_functions::{FunctionBackend, InvokeError};
+use serde::Serialize;
+
+use crate::offload::CloudLink;
+
+/// What this node knows about where functions run.
+pub struct Directory {
+    backends: Vec<Arc<dyn FunctionBackend>>,
+    /// Functions other nodes' backends list in the topology, by node id.
+    declared: BTreeMap<String, Vec<String>>,
+    /// The cloud's own list, at an edge that can reach it.
+    cloud: Option<(CloudLink, Catalog)>,
+}
+
+impl std::fmt::Debug for Directory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Directory")
+            .field("declared", &self.declared)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where functions run, as `GET /functions` reports it.
+#[derive(Debug, Serialize)]
+pub struct View {
+    /// Functions this node's backends serve now.
+    pub served_here: Vec<String>,
+    /// Functions each other node serves, as far as this node knows, with where it learned it.
+    pub nodes: BTreeMap<String, NodeView>,
+}
+
+/// What one other node serves.
+#[derive(Debug, Serialize)]
+pub struct NodeView {
+    /// Function names.
+    pub functions: Vec<String>,
+    /// `topology` (backend `functions` lists) or `fetched` (the node's own `/functions`).
+    pub source: &'static str,
+}
+
+impl Directory {
+    /// The directory of node `me`; an edge passes its link to the cloud.
+    pub fn new(
+        topology: &Topology,
+        me: &str,
+        backends: Vec<Arc<dyn FunctionBackend>>,
+        cloud: Option<CloudLink>,
+    ) -> Self {
+        let declared = topology
+            .nodes
+            .iter()
+            .filter(|n| n.id != me)
+            .filter_map(|n| {
+                let lists: Vec<&[String]> =
+                    n.backends.iter().filter_map(|b| b.functions()).collect();
+                // A node with a backend that is asked at run time may serve more than it lists.
+                (!lists.is_empty() && lists.len() == n.backends.len())
+                    .then(|| (n.id.clone(), sorted(lists.concat())))
+            })
+            .collect();
+        let refresh = Duration::from_secs(topology.gateway.peer_refresh_s.max(1));
+        Self {
+            backends,
+            declared,
+            cloud: cloud.map(|link| (link, Catalog::new(refresh))),
+        }
+    }
+
+    /// This node's backends, in order of preference.
+    pub fn backends(&self) -> &[Arc<dyn FunctionBackend>] {
+        &self.backends
+    }
+
+    /// The backends of this node that serve `function`, in order; empty when none does.
+    pub async fn local(&self, function: &str) -> Vec<&Arc<dyn FunctionBackend>> {
+        let mut here = Vec::new();
+        for b in &self.backends {
+            if b.serves(function).await {
+                here.push(b);
+            }
+        }
+        here
+    }
+
+    /// Where functions run, for `GET /functions`.
+    pub async fn view(&self) -> View {
+        let mut served_here = Vec::new();
+        for b in &self.backends {
+            served_here.extend(b.list().await.unwrap_or_default());
+        }
+        let mut nodes: BTreeMap<String, NodeView> = self
+            .declared
+            .iter()
+            .map(|(id, functions)| {
+                let view = NodeView {
+                    functions: functions.clone(),
+                    source: "topology",
+                };
+                (id.clone(), view)
+            })
+            .collect();
+        if let Some((link, catalog)) = &self.cloud {
+            match catalog.get(|| fetch(link)).await {
+                Ok(list) => {
+                    let view = NodeView {
+                        functions: list.as_ref().clone(),
+                        source: "fetched",
+                    };
+                    nodes.insert(link.cloud_id().to_owned(), view);
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot fetch the cloud's functions"),
+            }
+        }
+        View {
+            served_here: sorted(served_here),
+            nodes,
+        }
+    }
+}
+
+async fn fetch(link: &CloudLink) -> Result<Vec<String>, InvokeError> {
+    link.functions().await.map(sorted)
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names.dedup();
+    names
+}

@@ -1,0 +1,124 @@
+//! Request headers at the gateway: the size limits that answer `431`, the headers a function
+//! (and the cloud, on offload) gets, and the call's request id.
+//!
+//! The header names themselves live in [`geofaas_config::headers`], shared with the adapters
+//! and the load generator.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use geofaas_config::headers::{is_forwarded, REQUEST_ID};
+
+use crate::error::ApiError;
+
+/// Limits on a request's header section, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct HeaderLimits {
+    /// The whole section, counted as HTTP/1.1 sends it (`name: value\r\n` per line).
+    pub total: usize,
+    /// One `name: value` line.
+    pub line: usize,
+}
+
+/// Checks the request's headers against `limits`; `431` naming the first offending header.
+pub fn check(headers: &HeaderMap, limits: HeaderLimits) -> Result<(), ApiError> {
+    let mut total = 0usize;
+    for (name, value) in headers {
+        let line = name.as_str().len() + 2 + value.len();
+        if line > limits.line {
+            return Err(too_large(format!(
+                "header {name} is {line} bytes; the limit per header is {} bytes",
+                limits.line
+            )));
+        }
+        total += line + 2;
+    }
+    if total > limits.total {
+        return Err(too_large(format!(
+            "the request headers are {total} bytes; the limit is {} bytes",
+            limits.total
+        )));
+    }
+    Ok(())
+}
+
+fn too_large(message: String) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers_too_large",
+        message,
+    )
+}
+
+/// Middleware: answers `431` before any handler runs when the headers exceed the limits.
+pub async fn enforce_limits(
+    State(limits): State<HeaderLimits>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match check(req.headers(), limits) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The headers a function (and the cloud, on offload) may see.
+pub fn for_function(headers: &HeaderMap) -> HeaderMap {
+    headers
+        .iter()
+        .filter(|(n, _)| is_forwarded(n.as_str()))
+        .map(|(n, v)| (HeaderName::clone(n), v.clone()))
+        .collect()
+}
+
+/// The call's id: the client's `X-Request-Id` when it is 1-64 visible ASCII characters, else a
+/// new random one.
+pub fn request_id(headers: &HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(REQUEST_ID) {
+        let b = v.as_bytes();
+        if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_graphic()) {
+            return v.clone();
+        }
+    }
+    let id = format!("{:016x}", rand::random::<u64>());
+    HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeaderLimits = HeaderLimits {
+        total: 100,
+        line: 40,
+    };
+
+    #[test]
+    fn long_lines_and_large_sections_are_431() {
+        let mut h = HeaderMap::new();
+        h.insert("x-a", "a".repeat(30).parse().unwrap());
+        assert!(check(&h, LIMITS).is_ok());
+        h.insert("x-b", "b".repeat(40).parse().unwrap());
+        let e = check(&h, LIMITS).unwrap_err();
+        assert_eq!(e.status, 431);
+        assert!(e.message.contains("x-b"), "{e}");
+        h.remove("x-b");
+        for n in ["x-c", "x-d", "x-e"] {
+            h.insert(n, "c".repeat(30).parse().unwrap());
+        }
+        let e = check(&h, LIMITS).unwrap_err();
+        assert!(e.message.contains("limit is 100"), "{e}");
+    }
+
+    #[test]
+    fn request_ids_are_kept_when_sane_and_made_up_otherwise() {
+        let mut h = HeaderMap::new();
+        h.insert(REQUEST_ID, "abc-123".parse().unwrap());
+        assert_eq!(request_id(&h), "abc-123");
+        h.insert(REQUEST_ID, "a b".parse().unwrap());
+        let id = request_id(&h);
+        assert_eq!(id.len(), 16);
+        assert_ne!(id, "a b");
+    }
+}

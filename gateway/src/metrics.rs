@@ -1,0 +1,133 @@
+//! A node's Prometheus metrics: every name in one place, and a registry of the node's own, so
+//! that nodes sharing one process (`geofaas up`) each serve only their own series at `/metrics`.
+//!
+//! Durations are histograms in seconds. Labels are bounded: node, function (names the node
+//! knows; anything else is `_unknown`), outcome, where the call ran, backend kind, reason.
+
+use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+/// Calls of `/fn/{name}` answered by this node: `outcome`, `ran` (`local`, `offloaded`, `none`).
+pub const CALL_SECONDS: &str = "geofaas_call_duration_seconds";
+/// One backend call: `backend` kind and `outcome` (`ok`, `retryable`, `failed`).
+pub const BACKEND_SECONDS: &str = "geofaas_backend_call_duration_seconds";
+/// Time to start a new instance, per `function`.
+pub const COLD_START_SECONDS: &str = "geofaas_cold_start_duration_seconds";
+/// Calls answered with a `307` handover, by target node `to`.
+pub const HANDOVERS: &str = "geofaas_handovers_total";
+/// Calls this edge offloaded to the cloud, by `reason`.
+pub const OFFLOADS: &str = "geofaas_offloads_total";
+
+/// Histogram buckets in seconds: 0.5 ms to 30 s.
+const BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+    30.0,
+];
+
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
+
+/// The metrics of one node.
+pub struct NodeMetrics {
+    node: String,
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    /// Series of the whole process (e.g. the co-hosted geo DNS), appended to `/metrics`.
+    process: Option<PrometheusHandle>,
+}
+
+impl std::fmt::Debug for NodeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeMetrics")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeMetrics {
+    /// A fresh registry for `node`; `process` (the binary's global recorder) is rendered after it.
+    pub fn new(node: &str, process: Option<PrometheusHandle>) -> Self {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&BUCKETS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        for (name, help) in [
+            (CALL_SECONDS, "Duration of function calls answered by this node"),
+            (BACKEND_SECONDS, "Duration of one call to a function backend"),
+            (COLD_START_SECONDS, "Time to start a new function instance"),
+        ] {
+            recorder.describe_histogram(name.into(), Some(Unit::Seconds), help.into());
+        }
+        recorder.describe_counter(HANDOVERS.into(), None, "Calls handed over with a 307".into());
+        recorder.describe_counter(OFFLOADS.into(), None, "Calls offloaded to the cloud".into());
+        let handle = recorder.handle();
+        Self {
+            node: node.to_owned(),
+            recorder,
+            handle,
+            process,
+        }
+    }
+
+    /// The Prometheus text of this node (and of the process-wide series).
+    pub fn render(&self) -> String {
+        let mut text = self.handle.render();
+        if let Some(p) = &self.process {
+            text.push_str(&p.render());
+        }
+        text
+    }
+
+    fn labels(&self, extra: &[(&'static str, &str)]) -> Vec<Label> {
+        let mut labels = Vec::with_capacity(extra.len() + 1);
+        labels.push(Label::new("node", self.node.clone()));
+        labels.extend(extra.iter().map(|(k, v)| Label::new(*k, (*v).to_owned())));
+        labels
+    }
+
+    fn observe(&self, name: &'static str, extra: &[(&'static str, &str)], d: Duration) {
+        let key = Key::from_parts(name, self.labels(extra));
+        self.recorder
+            .register_histogram(&key, &METADATA)
+            .record(d.as_secs_f64());
+    }
+
+    fn count(&self, name: &'static str, extra: &[(&'static str, &str)]) {
+        let key = Key::from_parts(name, self.labels(extra));
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
+    /// A call answered by this node.
+    pub fn call(&self, function: &str, outcome: &str, ran: &str, d: Duration) {
+        self.observe(
+            CALL_SECONDS,
+            &[("function", function), ("outcome", outcome), ("ran", ran)],
+            d,
+        );
+    }
+
+    /// One backend call.
+    pub fn backend_call(&self, backend: &str, outcome: &str, d: Duration) {
+        self.observe(
+            BACKEND_SECONDS,
+            &[("backend", backend), ("outcome", outcome)],
+            d,
+        );
+    }
+
+    /// A new instance was started for `function`.
+    pub fn cold_start(&self, function: &str, d: Duration) {
+        self.observe(COLD_START_SECONDS, &[("function", function)], d);
+    }
+
+    /// A `307` to node `to`.
+    pub fn handover(&self, to: &str) {
+        self.count(HANDOVERS, &[("to", to)]);
+    }
+
+    /// A call offloaded to the cloud.
+    pub fn offload(&self, reason: &str) {
+        self.count(OFFLOADS, &[("reason", reason)]);
+    }
+}
