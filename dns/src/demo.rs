@@ -86,6 +86,26 @@ pub fn demo_entries() -> Vec<MmdbEntry> {
     ]
 }
 
+/// The three RFC 5737 documentation ranges (`192.0.2.0/24`, `198.51.100.0/24`,
+/// `203.0.113.0/24`, in that order) placed at up to three `(city, lat, lon)` places: the demo
+/// database `geofaas up` writes for whatever topology it runs.
+pub fn demo_entries_at(places: &[(&str, f64, f64)]) -> Vec<MmdbEntry> {
+    const NETS: [[u8; 3]; 3] = [[192, 0, 2], [198, 51, 100], [203, 0, 113]];
+    NETS.iter()
+        .zip(places)
+        .map(|(net, (city, lat, lon))| MmdbEntry {
+            network: IpNet::V4(ipnet::Ipv4Net::new_assert(
+                std::net::Ipv4Addr::new(net[0], net[1], net[2], 0),
+                24,
+            )),
+            city: (*city).to_owned(),
+            country: "ZZ".to_owned(),
+            lat: *lat,
+            lon: *lon,
+        })
+        .collect()
+}
+
 /// Writes the demo database: 192.0.2.0/24 in Berlin, 198.51.100.0/24 in Potsdam, 203.0.113.0/24 in
 /// London (GeoIP2 City schema).
 pub fn write_demo_mmdb(path: &Path) -> Result<(), DnsError> {

@@ -123,6 +123,24 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     .await
 }
 
+/// The error and its causes on one line, each cause once: many errors already print their
+/// cause in their own message (`file: cannot read: No such file...`), and anyhow's `{:#}` would
+/// repeat it.
+pub fn error_report(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -144,4 +162,22 @@ pub async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let err = Topology::load("/nonexistent/berlin.toml").unwrap_err();
+        let err = anyhow::Error::new(err).context("starting the demo");
+        let report = error_report(&err);
+        assert_eq!(
+            report.matches("No such file or directory").count(),
+            1,
+            "{report}"
+        );
+        assert!(report.starts_with("starting the demo: /nonexistent/berlin.toml: cannot read"));
+    }
 }

@@ -16,6 +16,7 @@
 pub mod activations;
 pub mod auth;
 pub mod body;
+pub mod bundle;
 pub mod cli;
 pub mod directory;
 pub mod error;

@@ -20,7 +20,7 @@ async fn main() -> std::process::ExitCode {
     match geofaas_gateway::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", geofaas_gateway::cli::error_report(&e));
             std::process::ExitCode::FAILURE
         }
     }

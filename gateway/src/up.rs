@@ -1,11 +1,15 @@
 //! `geofaas up`: the paper's Berlin topology on one machine — geo DNS plus a tu-berlin, a potsdam
 //! and a cloud node, each on its own loopback address with the embedded runtime.
+//!
+//! Without `--config` it runs the demo embedded in the binary ([`crate::bundle`]), written out
+//! under the state dir, so it works from any folder. The commands it prints are made from the
+//! topology that runs, and so is the demo GeoIP database the geo DNS answers from.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use geofaas_config::{GeoLocator, Role, Topology};
+use geofaas_config::{GeoLocator, LatLon, Role, Topology};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rand::RngCore;
 use tokio_util::sync::CancellationToken;
@@ -17,9 +21,10 @@ use crate::NodeHandle;
 /// Arguments of `geofaas up`.
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
-    /// Topology to run; every node of it is started on this machine.
-    #[arg(long, short, default_value = "examples/berlin.toml")]
-    pub config: PathBuf,
+    /// Topology to run; every node of it is started on this machine. Default: the Berlin
+    /// demo embedded in the binary (the repository's `examples/berlin.toml`).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
     /// Where the CA, certificate, key and demo GeoIP database are written.
     #[arg(long, default_value = ".geofaas")]
     pub state_dir: PathBuf,
@@ -38,8 +43,14 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
 
 /// Runs every node of the topology and the DNS server until Ctrl-C.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let topology = Arc::new(Topology::load(&args.config)?);
+    let config = match &args.config {
+        Some(path) => path.clone(),
+        None => crate::bundle::write(&args.state_dir.join("demo"))
+            .context("writing the embedded demo topology and functions")?,
+    };
+    let topology = Arc::new(Topology::load(&config)?);
     let map = topology.service_map()?;
+    let places = demo_places(&topology);
     for w in map.warnings() {
         tracing::warn!("{w}");
     }
@@ -47,7 +58,13 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     tls.write_to(&args.state_dir)?;
     let ca_path = args.state_dir.join("ca.pem");
     let mmdb_path = args.state_dir.join("demo.mmdb");
-    geofaas_dns::write_demo_mmdb(&mmdb_path).context("writing the demo GeoIP database")?;
+    let entries: Vec<_> = places.iter().map(|p| (p.node.as_str(), p.at.lat, p.at.lon)).collect();
+    geofaas_dns::write_mmdb(
+        &mmdb_path,
+        &geofaas_dns::demo::demo_entries_at(&entries),
+        geofaas_dns::MmdbSchema::GeoIp2City,
+    )
+    .context("writing the demo GeoIP database")?;
     let locator: Arc<dyn GeoLocator> =
         Arc::new(crate::MmdbLocator(geofaas_dns::GeoDb::open(&mmdb_path)?));
     let mut secret = [0u8; 32];
@@ -100,7 +117,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 .await
         }))
     };
-    print_banner(&topology, &args, dns_task.is_some());
+    print_banner(&topology, &config, &args, &places, dns_task.is_some());
     crate::cli::shutdown_signal().await;
     dns_stop.cancel();
     if let Some(task) = dns_task {
@@ -134,13 +151,49 @@ fn certificate_hosts(topology: &Topology) -> Vec<String> {
     hosts
 }
 
-fn print_banner(topology: &Topology, args: &UpArgs, dns: bool) {
+/// A point the demo's commands use: a client there is served by `node`.
+#[derive(Debug, Clone)]
+struct Place {
+    node: String,
+    at: LatLon,
+}
+
+/// Up to three demo places: the first edge's centre, the second edge's centre, and a point
+/// outside every edge area (the cloud's), each checked against the area lookup.
+fn demo_places(topology: &Topology) -> Vec<Place> {
+    let Ok(map) = topology.service_map() else {
+        return Vec::new();
+    };
+    let mut places: Vec<Place> = map
+        .nodes()
+        .iter()
+        .filter(|n| n.role == Role::Edge && map.responsible(n.location).id == n.id)
+        .take(2)
+        .map(|n| Place {
+            node: n.id.clone(),
+            at: n.location,
+        })
+        .collect();
+    let cloud = map.cloud();
+    let outside = [cloud.location, LatLon { lat: 0.0, lon: 0.0 }, LatLon { lat: -45.0, lon: -150.0 }]
+        .into_iter()
+        .find(|p| map.responsible(*p).id == cloud.id);
+    if let Some(at) = outside {
+        places.push(Place {
+            node: cloud.id.clone(),
+            at,
+        });
+    }
+    places
+}
+
+fn print_banner(topology: &Topology, config: &Path, args: &UpArgs, places: &[Place], dns: bool) {
     let ca = args.state_dir.join("ca.pem");
     let ca = ca.display();
     println!(
         "\ngeofaas is up: {} nodes from {}",
         topology.nodes.len(),
-        args.config.display()
+        config.display()
     );
     println!("\n  {:<12} {:<6} {:<28} area", "node", "role", "url");
     for node in &topology.nodes {
@@ -159,38 +212,58 @@ fn print_banner(topology: &Topology, args: &UpArgs, dns: bool) {
             node.public_url.as_str()
         );
     }
-    let first = topology
-        .nodes
-        .iter()
-        .find(|n| n.role == Role::Edge)
-        .unwrap_or(&topology.nodes[0]);
-    let url = first.public_url.as_str().trim_end_matches('/');
+    let Some(entry) = places.first().and_then(|p| topology.node(&p.node)) else {
+        println!("\nCtrl-C stops everything.");
+        return;
+    };
+    let url = entry.public_url.as_str().trim_end_matches('/');
+    let function = topology
+        .functions
+        .first()
+        .map_or("sieve", |f| f.name.as_str());
+    let loc = |p: &Place| format!("{:.4},{:.4}", p.at.lat, p.at.lon);
     println!("\nTry:");
-    println!("  curl --cacert {ca} -H 'X-Client-Location: 52.51,13.32' {url}/fn/sieve");
-    println!("  curl --cacert {ca} -i -H 'X-Client-Location: 52.40,13.06' {url}/fn/sieve      # 307 to potsdam");
-    println!(
-        "  curl --cacert {ca} -L -H 'X-Client-Location: 52.40,13.06' -d 'hello' {url}/fn/echo"
-    );
-    println!("  curl --cacert {ca} -i -H 'X-Client-Location: 51.50,-0.12' {url}/fn/sieve      # 307 to the cloud");
+    for (i, p) in places.iter().enumerate() {
+        let l = loc(p);
+        if i == 0 {
+            println!("  curl --cacert {ca} -H 'X-Client-Location: {l}' {url}/fn/{function}      # served by {}", p.node);
+        } else {
+            println!("  curl --cacert {ca} -i -H 'X-Client-Location: {l}' {url}/fn/{function}   # 307 to {}", p.node);
+            if i == 1 && topology.function("echo").is_some() {
+                println!("  curl --cacert {ca} -L -H 'X-Client-Location: {l}' -d 'hello' {url}/fn/echo   # the POST body follows it");
+            }
+        }
+    }
     println!("  curl --cacert {ca} {url}/functions");
     if dns {
         let dns_addr = topology.dns.listen;
         let zone = topology.zone.trim_end_matches('.');
-        println!(
-            "  dig @{} -p {} gw.{zone} +subnet=192.0.2.1/24       # tu-berlin",
-            dns_addr.ip(),
-            dns_addr.port()
-        );
-        println!(
-            "  dig @{} -p {} gw.{zone} +subnet=198.51.100.1/24    # potsdam",
-            dns_addr.ip(),
-            dns_addr.port()
-        );
-        println!(
-            "  dig @{} -p {} gw.{zone} +subnet=203.0.113.1/24     # cloud",
-            dns_addr.ip(),
-            dns_addr.port()
-        );
+        for (net, p) in ["192.0.2.1", "198.51.100.1", "203.0.113.1"].iter().zip(places) {
+            println!(
+                "  dig @{} -p {} gw.{zone} +subnet={net}/24   # {}",
+                dns_addr.ip(),
+                dns_addr.port(),
+                p.node
+            );
+        }
     }
     println!("\nCtrl-C stops everything.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_places_lie_in_the_areas_they_name() {
+        let topology =
+            Topology::parse(crate::bundle::TOPOLOGY, "berlin.toml", Path::new("examples")).unwrap();
+        let places = demo_places(&topology);
+        let map = topology.service_map().unwrap();
+        let names: Vec<_> = places.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(names, ["tu-berlin", "potsdam", "cloud"]);
+        for p in &places {
+            assert_eq!(map.responsible(p.at).id, p.node);
+        }
+    }
 }
