@@ -1,5 +1,6 @@
 //! Shared fakes and helpers for geofaas tests (never linked into the product).
 //!
+//! - [`memory`]: an in-memory function backend for router tests;
 //! - [`server`]: run an axum router on `127.0.0.1:0` and kill it, connections included;
 //! - [`tinyfaas`]: a protocol-faithful fake tinyFaaS (proxy + manager);
 //! - [`openwhisk`]: a protocol-faithful fake Apache OpenWhisk controller;
@@ -7,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod memory;
 pub mod openwhisk;
 pub mod peers;
 pub mod server;

@@ -7,4 +7,5 @@ mod errors;
 mod handover;
 mod idempotency;
 mod offload;
+mod router;
 mod scheduler;
