@@ -7,8 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: the real DNS clients the DNS tests query with.
+# Debian packages: the real clients the tests call with (curl for HTTP/1.1 and HTTP/2, dig, kdig).
 apt_pkgs=()
+command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v dig >/dev/null || apt_pkgs+=(dnsutils)
 command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then

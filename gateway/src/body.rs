@@ -28,6 +28,9 @@ use crate::error::ApiError;
 
 /// How long an unread body is read on after its answer was sent, at most.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes of an unread body read on at least, whatever `max_body_bytes` is: a client whose body
+/// is over a small limit still gets its `413`.
+pub const DRAIN_FLOOR: usize = 16 * 1024 * 1024;
 
 /// Reads the whole body, refusing (413) more than `limit` bytes whether announced or streamed.
 ///
@@ -55,7 +58,8 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
 }
 
 /// Middleware: after the inner service has answered, reads whatever it left of the request
-/// body to its end in a background task, at most `limit` bytes more and [`DRAIN_TIMEOUT`].
+/// body to its end in a background task, at most the larger of `limit` and [`DRAIN_FLOOR`]
+/// bytes more, for at most [`DRAIN_TIMEOUT`].
 pub async fn finish_unread(State(limit): State<usize>, req: Request, next: Next) -> Response {
     let slot = Arc::new(Mutex::new(None));
     let req = req.map(|inner| {
@@ -67,7 +71,7 @@ pub async fn finish_unread(State(limit): State<usize>, req: Request, next: Next)
     let response = next.run(req).await;
     let unread = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
     if let Some(body) = unread {
-        tokio::spawn(drain(body, limit));
+        tokio::spawn(drain(body, limit.max(DRAIN_FLOOR)));
     }
     response
 }

@@ -15,6 +15,8 @@ pub struct Cluster {
     pub client: reqwest::Client,
     /// Follows redirects like `curl -L`.
     pub following: reqwest::Client,
+    /// The CA that signed the nodes' certificate, as a PEM file (for `curl --cacert`).
+    pub ca_file: tempfile::NamedTempFile,
 }
 
 impl Cluster {
@@ -62,10 +64,13 @@ impl Cluster {
             .add_root_certificate(ca)
             .build()
             .unwrap();
+        let ca_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(ca_file.path(), tls.ca_pem.as_bytes()).unwrap();
         Self {
             nodes,
             client,
             following,
+            ca_file,
         }
     }
 

@@ -5,6 +5,7 @@ mod backends;
 mod cluster;
 mod errors;
 mod handover;
+mod http2;
 mod idempotency;
 mod offload;
 mod router;
