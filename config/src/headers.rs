@@ -55,7 +55,14 @@ mod tests {
 
     #[test]
     fn hop_by_hop_credentials_and_control_headers_stay_behind() {
-        for h in ["connection", "authorization", "proxy-foo", "cookie", OFFLOAD, "prefer"] {
+        for h in [
+            "connection",
+            "authorization",
+            "proxy-foo",
+            "cookie",
+            OFFLOAD,
+            "prefer",
+        ] {
             assert!(!is_forwarded(h), "{h}");
         }
         for h in ["content-type", CLIENT_LOCATION, IDEMPOTENCY_KEY, "x-custom"] {

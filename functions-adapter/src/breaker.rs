@@ -214,7 +214,12 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {
-        Ok(self.catalog.get(|| self.inner.list()).await?.as_ref().clone())
+        Ok(self
+            .catalog
+            .get(|| self.inner.list())
+            .await?
+            .as_ref()
+            .clone())
     }
 
     async fn serves(&self, function: &str) -> bool {

@@ -121,7 +121,9 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
     /// Whether this backend serves `function` (by its function list; [`Guarded`] answers from
     /// its cached list without copying it).
     async fn serves(&self, function: &str) -> bool {
-        self.list().await.is_ok_and(|l| l.iter().any(|f| f == function))
+        self.list()
+            .await
+            .is_ok_and(|l| l.iter().any(|f| f == function))
     }
 
     /// A cheap probe of whether the backend can take calls now.

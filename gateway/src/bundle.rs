@@ -11,8 +11,16 @@ pub const TOPOLOGY: &str = include_str!("../../examples/berlin.toml");
 
 /// The example functions: path under `functions/`, contents, executable.
 pub const FUNCTIONS: &[(&str, &str, bool)] = &[
-    ("README.md", include_str!("../../functions/README.md"), false),
-    ("echo/fn.py", include_str!("../../functions/echo/fn.py"), false),
+    (
+        "README.md",
+        include_str!("../../functions/README.md"),
+        false,
+    ),
+    (
+        "echo/fn.py",
+        include_str!("../../functions/echo/fn.py"),
+        false,
+    ),
     (
         "echo-binary/fn.sh",
         include_str!("../../functions/echo-binary/fn.sh"),
@@ -28,7 +36,11 @@ pub const FUNCTIONS: &[(&str, &str, bool)] = &[
         include_str!("../../functions/hello-node/package.json"),
         false,
     ),
-    ("sieve/fn.py", include_str!("../../functions/sieve/fn.py"), false),
+    (
+        "sieve/fn.py",
+        include_str!("../../functions/sieve/fn.py"),
+        false,
+    ),
     (
         "sievehard/fn.py",
         include_str!("../../functions/sievehard/fn.py"),

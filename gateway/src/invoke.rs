@@ -146,7 +146,13 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
 async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let here = state.directory.local(&call.function).await;
     if here.is_empty() {
-        return offload_or(state, call, OffloadReason::NotHere, ApiError::unknown_function).await;
+        return offload_or(
+            state,
+            call,
+            OffloadReason::NotHere,
+            ApiError::unknown_function,
+        )
+        .await;
     }
     let deadline = call.received + state.call_timeout();
     let permit = match state.cloud {
@@ -190,7 +196,10 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let choice = match placement {
         Some(Placement::Cloud) => {
             drop(permit);
-            return offload_or(state, call, OffloadReason::Scheduler, |_| unreachable_cloud()).await;
+            return offload_or(state, call, OffloadReason::Scheduler, |_| {
+                unreachable_cloud()
+            })
+            .await;
         }
         Some(Placement::Reuse) => ContainerChoice::Reuse,
         Some(Placement::New) => ContainerChoice::New,

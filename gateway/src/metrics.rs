@@ -53,13 +53,23 @@ impl NodeMetrics {
             .expect("the bucket list is not empty")
             .build_recorder();
         for (name, help) in [
-            (CALL_SECONDS, "Duration of function calls answered by this node"),
-            (BACKEND_SECONDS, "Duration of one call to a function backend"),
+            (
+                CALL_SECONDS,
+                "Duration of function calls answered by this node",
+            ),
+            (
+                BACKEND_SECONDS,
+                "Duration of one call to a function backend",
+            ),
             (COLD_START_SECONDS, "Time to start a new function instance"),
         ] {
             recorder.describe_histogram(name.into(), Some(Unit::Seconds), help.into());
         }
-        recorder.describe_counter(HANDOVERS.into(), None, "Calls handed over with a 307".into());
+        recorder.describe_counter(
+            HANDOVERS.into(),
+            None,
+            "Calls handed over with a 307".into(),
+        );
         recorder.describe_counter(OFFLOADS.into(), None, "Calls offloaded to the cloud".into());
         let handle = recorder.handle();
         Self {

@@ -32,8 +32,8 @@ pub async fn serve_tls(
     max_header_bytes: usize,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let h2_header_list = u32::try_from(max_header_bytes.saturating_mul(4).max(64 * 1024))
-        .unwrap_or(u32::MAX);
+    let h2_header_list =
+        u32::try_from(max_header_bytes.saturating_mul(4).max(64 * 1024)).unwrap_or(u32::MAX);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);

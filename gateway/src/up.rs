@@ -58,7 +58,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     tls.write_to(&args.state_dir)?;
     let ca_path = args.state_dir.join("ca.pem");
     let mmdb_path = args.state_dir.join("demo.mmdb");
-    let entries: Vec<_> = places.iter().map(|p| (p.node.as_str(), p.at.lat, p.at.lon)).collect();
+    let entries: Vec<_> = places
+        .iter()
+        .map(|p| (p.node.as_str(), p.at.lat, p.at.lon))
+        .collect();
     geofaas_dns::write_mmdb(
         &mmdb_path,
         &geofaas_dns::demo::demo_entries_at(&entries),
@@ -175,9 +178,16 @@ fn demo_places(topology: &Topology) -> Vec<Place> {
         })
         .collect();
     let cloud = map.cloud();
-    let outside = [cloud.location, LatLon { lat: 0.0, lon: 0.0 }, LatLon { lat: -45.0, lon: -150.0 }]
-        .into_iter()
-        .find(|p| map.responsible(*p).id == cloud.id);
+    let outside = [
+        cloud.location,
+        LatLon { lat: 0.0, lon: 0.0 },
+        LatLon {
+            lat: -45.0,
+            lon: -150.0,
+        },
+    ]
+    .into_iter()
+    .find(|p| map.responsible(*p).id == cloud.id);
     if let Some(at) = outside {
         places.push(Place {
             node: cloud.id.clone(),
@@ -238,7 +248,10 @@ fn print_banner(topology: &Topology, config: &Path, args: &UpArgs, places: &[Pla
     if dns {
         let dns_addr = topology.dns.listen;
         let zone = topology.zone.trim_end_matches('.');
-        for (net, p) in ["192.0.2.1", "198.51.100.1", "203.0.113.1"].iter().zip(places) {
+        for (net, p) in ["192.0.2.1", "198.51.100.1", "203.0.113.1"]
+            .iter()
+            .zip(places)
+        {
             println!(
                 "  dig @{} -p {} gw.{zone} +subnet={net}/24   # {}",
                 dns_addr.ip(),
@@ -256,8 +269,12 @@ mod tests {
 
     #[test]
     fn demo_places_lie_in_the_areas_they_name() {
-        let topology =
-            Topology::parse(crate::bundle::TOPOLOGY, "berlin.toml", Path::new("examples")).unwrap();
+        let topology = Topology::parse(
+            crate::bundle::TOPOLOGY,
+            "berlin.toml",
+            Path::new("examples"),
+        )
+        .unwrap();
         let places = demo_places(&topology);
         let map = topology.service_map().unwrap();
         let names: Vec<_> = places.iter().map(|p| p.node.as_str()).collect();

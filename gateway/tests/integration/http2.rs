@@ -110,7 +110,11 @@ async fn curl_gets_every_early_answer_over_http2_and_http1() {
                 let (cc, body, case) = (&c, body.clone(), case);
                 let statuses =
                     tokio::task::block_in_place(|| curl_statuses(cc, http, &case, &body, &u));
-                assert_all(&statuses, case.status, &format!("{http} {} {size} B", case.name));
+                assert_all(
+                    &statuses,
+                    case.status,
+                    &format!("{http} {} {size} B", case.name),
+                );
             }
             if size > 1024 {
                 let case = Case {
@@ -146,7 +150,9 @@ async fn curl_follows_a_post_handover_and_the_body_arrives() {
             .arg(format!("@{}", body.display()))
             .args(["-w", "%{http_code} %{num_redirects}\\n"]);
         for i in 0..50 {
-            cmd.arg("-o").arg(dir.path().join(format!("out-{i}"))).arg(&url);
+            cmd.arg("-o")
+                .arg(dir.path().join(format!("out-{i}")))
+                .arg(&url);
         }
         let out = tokio::task::block_in_place(|| cmd.output().expect("curl runs"));
         let lines: Vec<_> = String::from_utf8_lossy(&out.stdout)

@@ -2,6 +2,7 @@
 
 mod activations;
 mod backends;
+mod cloud_only;
 mod cluster;
 mod errors;
 mod handover;

@@ -228,11 +228,17 @@ async fn failover_follows_the_error_and_the_last_error_is_the_answer() {
     // A failed backend hands the call to the next one.
     let r = node(
         "cloud",
-        vec![failing(|| InvokeError::Unavailable("down".into())), ok.clone()],
+        vec![
+            failing(|| InvokeError::Unavailable("down".into())),
+            ok.clone(),
+        ],
     );
     let resp = send(&r, post("/fn/f", None, "")).await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "second");
+    assert_eq!(
+        resp.into_body().collect().await.unwrap().to_bytes(),
+        "second"
+    );
     assert_eq!(ok.calls("f"), 1);
     // With nothing left, the answer follows the last error's classification.
     for (err, status, code) in [
