@@ -342,4 +342,21 @@ mod tests {
         assert_eq!(&payload(&Bytes::from_static(b"[1,2]"))[..], b"[1,2]");
         assert_eq!(&payload(&Bytes::from_static(b"hello"))[..], b"\"hello\"");
     }
+
+    #[test]
+    fn platform_names_map_to_lambda_names_and_back() {
+        let names = NameMap {
+            prefix: "myservice-prod-".into(),
+            overrides: [("sieve".to_owned(), "legacy-sieve-v2".to_owned())].into(),
+        };
+        assert_eq!(names.lambda_name("resize"), "myservice-prod-resize");
+        assert_eq!(names.lambda_name("sieve"), "legacy-sieve-v2");
+        assert_eq!(
+            names.platform_name("myservice-prod-resize").as_deref(),
+            Some("resize")
+        );
+        assert_eq!(names.platform_name("legacy-sieve-v2").as_deref(), Some("sieve"));
+        assert_eq!(names.platform_name("otherservice-dev-x"), None);
+        assert_eq!(NameMap::default().platform_name("plain").as_deref(), Some("plain"));
+    }
 }
