@@ -355,8 +355,14 @@ mod tests {
             names.platform_name("myservice-prod-resize").as_deref(),
             Some("resize")
         );
-        assert_eq!(names.platform_name("legacy-sieve-v2").as_deref(), Some("sieve"));
+        assert_eq!(
+            names.platform_name("legacy-sieve-v2").as_deref(),
+            Some("sieve")
+        );
         assert_eq!(names.platform_name("otherservice-dev-x"), None);
-        assert_eq!(NameMap::default().platform_name("plain").as_deref(), Some("plain"));
+        assert_eq!(
+            NameMap::default().platform_name("plain").as_deref(),
+            Some("plain")
+        );
     }
 }

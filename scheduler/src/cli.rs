@@ -11,24 +11,29 @@ use crate::milp::MilpPolicy;
 use crate::policy::Policy;
 use crate::ppo::PpoPolicy;
 use crate::sim::{Outcome, SimConfig, Simulator};
-use crate::topology::Topology;
+use crate::topology::{Topology, WorkloadDefaults};
 use crate::workload::{Workload, WorkloadConfig};
 
-/// Workload shape shared by both commands.
+/// Workload shape shared by both commands. Sizes and rate default to what suits the topology
+/// (`melbourne`: 2000 requests after 8000 warm-up at 400/s over 200 functions; `berlin`: 1000
+/// after 2000 at 20/s over 50 functions; a topology file: 2000 after 8000 at 200/s over its
+/// own functions).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkloadArgs {
-    /// Measured requests per workload (episode), after the warm-up.
-    #[arg(long, default_value_t = 2000)]
-    pub requests: usize,
+    /// Measured requests per workload (episode), after the warm-up. Default: the topology's.
+    #[arg(long)]
+    pub requests: Option<usize>,
     /// Warm-up requests before them, placed by greedy for every policy and not measured.
-    #[arg(long, default_value_t = 8000)]
-    pub warmup: usize,
-    /// Mean arrival rate over the topology, requests per second.
-    #[arg(long, default_value_t = 400.0)]
-    pub rate: f64,
+    /// Default: the topology's.
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Mean arrival rate over the topology, requests per second. Default: the topology's.
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Functions in the generated catalogue (ignored when the topology file lists functions).
-    #[arg(long, default_value_t = 200)]
-    pub functions: usize,
+    /// Default: the topology's.
+    #[arg(long)]
+    pub functions: Option<usize>,
     /// Seed of the function catalogue.
     #[arg(long, default_value_t = 7)]
     pub catalogue_seed: u64,
@@ -42,17 +47,38 @@ pub struct WorkloadArgs {
 }
 
 impl WorkloadArgs {
+    /// Fills every size left unset with the topology's default.
+    fn resolve(&mut self, topo: &Topology) {
+        let d = topo.defaults;
+        self.requests.get_or_insert(d.requests);
+        self.warmup.get_or_insert(d.warmup);
+        self.rate.get_or_insert(d.rate);
+        self.functions.get_or_insert(d.functions);
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.unwrap_or(WorkloadDefaults::FILE.requests)
+    }
+
+    fn warmup(&self) -> usize {
+        self.warmup.unwrap_or(WorkloadDefaults::FILE.warmup)
+    }
+
+    fn functions(&self) -> usize {
+        self.functions.unwrap_or(WorkloadDefaults::FILE.functions)
+    }
+
     fn sim(&self) -> SimConfig {
         SimConfig {
-            warmup: self.warmup,
+            warmup: self.warmup(),
             ..Default::default()
         }
     }
 
     fn config(&self, seed: u64) -> WorkloadConfig {
         WorkloadConfig {
-            requests: self.warmup + self.requests,
-            rate_per_s: self.rate,
+            requests: self.warmup() + self.requests(),
+            rate_per_s: self.rate.unwrap_or(WorkloadDefaults::FILE.rate),
             seed,
             ..Default::default()
         }
@@ -166,8 +192,9 @@ fn make_policy(
 }
 
 /// Runs `geofaas simulate`.
-pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
+pub fn run_simulate(mut args: SimulateArgs) -> anyhow::Result<()> {
     let topo = Topology::by_name(&args.topology)?;
+    args.workload.resolve(&topo);
     let sim = args.workload.sim();
     let trace = match &args.workload.trace {
         Some(p) => Some(crate::trace::TraceTable::load(p)?),
@@ -177,7 +204,7 @@ pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         .seeds
         .iter()
         .map(|&s| {
-            let shape = (args.workload.functions, args.workload.catalogue_seed);
+            let shape = (args.workload.functions(), args.workload.catalogue_seed);
             let wl = Workload::for_topology(&topo, shape, &args.workload.config(s));
             match &trace {
                 Some(t) => t.to_workload(
@@ -213,8 +240,8 @@ pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
         topo.name,
         topo.nodes.len(),
         args.seeds,
-        args.workload.requests,
-        args.workload.warmup,
+        args.workload.requests(),
+        args.workload.warmup(),
         MilpPolicy::solver_name()
     );
     print!("{}", metrics::markdown_table(&rows));
@@ -237,9 +264,10 @@ pub fn run_simulate(args: SimulateArgs) -> anyhow::Result<()> {
 
 /// Runs `geofaas train` (needs the `train` feature).
 #[cfg(feature = "train")]
-pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
+pub fn run_train(mut args: TrainArgs) -> anyhow::Result<()> {
     use crate::train::{train, IterMetrics, PpoConfig};
     let topo = Topology::by_name(&args.topology)?;
+    args.workload.resolve(&topo);
     let cfg = PpoConfig {
         seed: args.seed,
         iterations: args.iterations,
@@ -249,7 +277,7 @@ pub fn run_train(args: TrainArgs) -> anyhow::Result<()> {
         eval_seeds: args.eval_seeds.clone(),
         sim: args.workload.sim(),
         workload: args.workload.config(0),
-        functions: (args.workload.functions, args.workload.catalogue_seed),
+        functions: (args.workload.functions(), args.workload.catalogue_seed),
         ..Default::default()
     };
     let bar = if args.quiet {

@@ -25,6 +25,46 @@ pub struct Topology {
     pub sources: Vec<GeoPoint>,
     /// Function profiles of a topology file (the generator draws its own when absent).
     pub functions: Option<Vec<(String, FunctionProfile)>>,
+    /// The workload `train` and `simulate` use on it unless told otherwise.
+    pub defaults: WorkloadDefaults,
+}
+
+/// A workload that suits a topology's size: loaded enough that policies differ, not so
+/// overloaded that every policy misses the SLOs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadDefaults {
+    /// Measured requests per episode.
+    pub requests: usize,
+    /// Warm-up requests before them.
+    pub warmup: usize,
+    /// Mean arrival rate, requests per second.
+    pub rate: f64,
+    /// Functions in the generated catalogue (when the topology has none of its own).
+    pub functions: usize,
+}
+
+impl WorkloadDefaults {
+    /// The paper's Melbourne setting: 125 sites, 200 functions, 400 requests/s.
+    pub const MELBOURNE: Self = Self {
+        requests: 2000,
+        warmup: 8000,
+        rate: 400.0,
+        functions: 200,
+    };
+    /// Three nodes: 50 functions at 20 requests/s (the table in `docs/scheduler.md`).
+    pub const BERLIN: Self = Self {
+        requests: 1000,
+        warmup: 2000,
+        rate: 20.0,
+        functions: 50,
+    };
+    /// A topology file with its own functions: 200 requests/s over its nodes.
+    pub const FILE: Self = Self {
+        requests: 2000,
+        warmup: 8000,
+        rate: 200.0,
+        functions: 50,
+    };
 }
 
 /// One of the paper's 10 node types.
@@ -96,6 +136,7 @@ impl Topology {
             ids,
             sources,
             functions: None,
+            defaults: WorkloadDefaults::MELBOURNE,
         })
     }
 
@@ -132,6 +173,7 @@ impl Topology {
             nodes,
             ids: vec!["tu-berlin".into(), "potsdam".into(), "cloud".into()],
             functions: None,
+            defaults: WorkloadDefaults::BERLIN,
         }
     }
 
@@ -177,6 +219,7 @@ impl Topology {
             nodes,
             ids: cfg.nodes.iter().map(|n| n.id.clone()).collect(),
             functions: (!functions.is_empty()).then_some(functions),
+            defaults: WorkloadDefaults::FILE,
         })
     }
 
