@@ -111,6 +111,14 @@ impl Outcome {
         }
     }
 
+    /// The answer's status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Served(r) | Self::Offloaded { answer: r, .. } => r.status(),
+            Self::Failed(e) => e.status,
+        }
+    }
+
     /// The answer to send.
     pub fn into_response(self) -> Response<Body> {
         match self {
@@ -133,7 +141,9 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let function = call.function.clone();
     let received = call.received;
     let outcome = decide_and_run(state, call).await;
-    let known = !matches!(&outcome, Outcome::Failed(e) if e.code == "unknown_function");
+    // A name no node serves (404, here or from the cloud) is whatever the client sent: keep it
+    // out of the labels.
+    let known = outcome.status() != StatusCode::NOT_FOUND;
     state.metrics.call(
         if known { &function } else { "_unknown" },
         outcome.label(),

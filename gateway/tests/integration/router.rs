@@ -302,6 +302,7 @@ async fn metrics_are_per_node_histograms_in_seconds() {
     let (r, _) = echo_node("cbd");
     send(&r, post("/fn/echo", Some(IN_CBD), "x")).await;
     send(&r, post("/fn/echo", Some(IN_DOCKLANDS), "x")).await;
+    send(&r, post("/fn/made-up-name", Some(IN_CBD), "x")).await;
     let (other, _) = echo_node("docklands");
     send(&other, post("/fn/echo", Some(IN_DOCKLANDS), "x")).await;
     let resp = send(&r, Request::get("/metrics").body(Body::empty()).unwrap()).await;
@@ -322,6 +323,14 @@ async fn metrics_are_per_node_histograms_in_seconds() {
         r#"geofaas_backend_call_duration_seconds_bucket{node="cbd",backend="memory",outcome="ok",le="0.0005"}"#
     ));
     assert!(text.contains(r#"geofaas_handovers_total{node="cbd",to="docklands"} 1"#));
+    assert!(
+        text.contains(r#"function="_unknown",outcome="error""#),
+        "{text}"
+    );
+    assert!(
+        !text.contains("made-up-name"),
+        "a client's name became a label"
+    );
     assert!(
         !text.contains(r#"node="docklands""#),
         "another node's series leaked into cbd's /metrics"
