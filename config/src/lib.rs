@@ -14,6 +14,7 @@ pub mod function;
 pub mod headers;
 pub mod location;
 pub mod registry;
+pub mod security;
 mod service_map;
 mod topology;
 
@@ -22,6 +23,7 @@ pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, 
 pub use error::{ConfigError, ShapeError};
 pub use function::FunctionConfig;
 pub use location::{GeoLocator, LatLon, LocationError};
+pub use security::{ApiKeyConfig, AuthSettings, LimitSettings};
 pub use service_map::{NodeEntry, ServiceMap};
 pub use topology::{
     AreaSettings, DnsSettings, GatewaySettings, GeoIpSettings, NodeConfig, Role, SchedulerPolicy,

@@ -36,6 +36,12 @@ pub struct Topology {
     /// Node-to-node authentication.
     #[serde(default)]
     pub security: SecuritySettings,
+    /// Callers' API keys (`[[auth.key]]`); none means the node is open.
+    #[serde(default)]
+    pub auth: crate::AuthSettings,
+    /// Rate limits, queue bound and slow-client timeouts.
+    #[serde(default)]
+    pub limits: crate::LimitSettings,
     /// The geo DNS server.
     #[serde(default)]
     pub dns: DnsSettings,
@@ -113,6 +119,14 @@ pub struct GatewaySettings {
     /// Default 30.
     #[serde(default = "default_peer_refresh_s")]
     pub peer_refresh_s: u64,
+    /// On SIGTERM, milliseconds the node keeps answering while `/readyz` already says "not
+    /// ready", so the geo DNS withdraws it before it stops accepting. Default 3000 (the DNS
+    /// probes every second and withdraws after two failed probes).
+    #[serde(default = "default_drain_grace_ms")]
+    pub drain_grace_ms: u64,
+    /// Then, milliseconds in-flight calls get to finish before the node exits. Default 30000.
+    #[serde(default = "default_drain_timeout_ms")]
+    pub drain_timeout_ms: u64,
 }
 
 fn default_max_body_bytes() -> usize {
@@ -133,6 +147,12 @@ fn default_max_header_line_bytes() -> usize {
 fn default_peer_refresh_s() -> u64 {
     30
 }
+fn default_drain_grace_ms() -> u64 {
+    3000
+}
+fn default_drain_timeout_ms() -> u64 {
+    30_000
+}
 
 impl Default for GatewaySettings {
     fn default() -> Self {
@@ -143,6 +163,8 @@ impl Default for GatewaySettings {
             max_header_bytes: default_max_header_bytes(),
             max_header_line_bytes: default_max_header_line_bytes(),
             peer_refresh_s: default_peer_refresh_s(),
+            drain_grace_ms: default_drain_grace_ms(),
+            drain_timeout_ms: default_drain_timeout_ms(),
         }
     }
 }
@@ -336,6 +358,10 @@ impl Topology {
 
     /// Checks everything a running platform relies on; see [`ConfigError::Invalid`].
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.auth
+            .check()
+            .and_then(|()| self.limits.check())
+            .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())
     }
 

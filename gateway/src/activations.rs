@@ -2,6 +2,9 @@
 //! `Location: /activations/{id}`), runs it in the background exactly as it would a synchronous
 //! one (failover and offload included), and keeps the answer for `GET /activations/{id}`.
 //!
+//! With API keys configured, an activation is readable only with the key that started it (or
+//! an admin key); to any other key it does not exist.
+//!
 //! An accepted call always runs to completion, even if the client goes away; only when too many
 //! are running already is a new one refused, with 503, before it is accepted.
 
@@ -38,6 +41,8 @@ enum Activation {
 #[derive(Debug)]
 pub struct Activations {
     entries: moka::sync::Cache<String, Arc<Activation>>,
+    /// The API key id that started each activation, where there was one.
+    owners: moka::sync::Cache<String, String>,
     running: Arc<AtomicUsize>,
 }
 
@@ -52,6 +57,7 @@ impl Default for Activations {
                 })
                 .time_to_live(RETENTION)
                 .build(),
+            owners: moka::sync::Cache::builder().time_to_live(RETENTION).build(),
             running: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -69,7 +75,12 @@ pub fn wants_async(headers: &HeaderMap) -> bool {
 
 impl Activations {
     /// Accepts `call` and runs it in the background; the 202 names where to fetch the answer.
-    pub fn start(&self, state: Arc<NodeState>, call: Call) -> Result<Response<Body>, ApiError> {
+    pub fn start(
+        &self,
+        state: Arc<NodeState>,
+        call: Call,
+        owner: Option<&str>,
+    ) -> Result<Response<Body>, ApiError> {
         if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return Err(ApiError::new(
@@ -83,6 +94,9 @@ impl Activations {
         let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         self.entries
             .insert(id.clone(), Arc::new(Activation::Running));
+        if let Some(owner) = owner {
+            self.owners.insert(id.clone(), owner.to_owned());
+        }
         let (entries, running, task_id) = (self.entries.clone(), self.running.clone(), id.clone());
         tokio::spawn(async move {
             let stored = match invoke::run(&state, call).await.into_result() {
@@ -117,8 +131,17 @@ impl Activations {
     }
 
     /// The answer of activation `id`: 202 while it runs, then the call's own answer.
-    pub fn get(&self, id: &str) -> Result<Response<Body>, ApiError> {
-        match self.entries.get(id).as_deref() {
+    /// `reader` is the caller's key id; `admin` callers read every activation.
+    pub fn get(
+        &self,
+        id: &str,
+        reader: Option<&str>,
+        admin: bool,
+    ) -> Result<Response<Body>, ApiError> {
+        let owner = self.owners.get(id);
+        let hidden = !admin && owner.is_some() && owner.as_deref() != reader;
+        let entry = if hidden { None } else { self.entries.get(id) };
+        match entry.as_deref() {
             None => Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "unknown_activation",

@@ -32,10 +32,31 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// is over a small limit still gets its `413`.
 pub const DRAIN_FLOOR: usize = 16 * 1024 * 1024;
 
-/// Reads the whole body, refusing (413) more than `limit` bytes whether announced or streamed.
+/// Reads the whole body within `timeout`, refusing (413) more than `limit` bytes whether
+/// announced or streamed, and a body still arriving after `timeout` (408, slow clients).
 ///
-/// On a 413 the rest of the body is left to [`finish_unread`].
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// On a 413 or 408 the rest of the body is left to [`finish_unread`].
+pub async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_all(headers, body, limit))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
+            ))
+        })
+}
+
+async fn read_all(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -1,7 +1,7 @@
 //! The one error type of the HTTP API: a status and a stable JSON body
 //! `{"error": {"code", "message"}}` that names the bad input and leaks no internals.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use geofaas_functions::InvokeError;
@@ -15,6 +15,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// Headers the answer carries besides the JSON body (`Retry-After`, `WWW-Authenticate`).
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -24,7 +26,22 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            headers: Vec::new(),
         }
+    }
+
+    /// The same error with one more header on the answer.
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The same error telling the client when to retry, in whole seconds (at least 1).
+    pub fn retry_after(self, seconds: u64) -> Self {
+        self.with_header(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from(seconds.max(1)),
+        )
     }
 
     /// No node serves the function.
@@ -134,6 +151,8 @@ impl std::error::Error for ApiError {}
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        resp.headers_mut().extend(self.headers);
+        resp
     }
 }

@@ -19,10 +19,19 @@ pub struct HeaderLimits {
     pub total: usize,
     /// One `name: value` line.
     pub line: usize,
+    /// Number of header lines.
+    pub count: usize,
 }
 
 /// Checks the request's headers against `limits`; `431` naming the first offending header.
 pub fn check(headers: &HeaderMap, limits: HeaderLimits) -> Result<(), ApiError> {
+    if headers.len() > limits.count {
+        return Err(too_large(format!(
+            "the request has {} headers; the limit is {}",
+            headers.len(),
+            limits.count
+        )));
+    }
     let mut total = 0usize;
     for (name, value) in headers {
         let line = name.as_str().len() + 2 + value.len();
@@ -92,6 +101,7 @@ mod tests {
     const LIMITS: HeaderLimits = HeaderLimits {
         total: 100,
         line: 40,
+        count: 4,
     };
 
     #[test]
@@ -109,6 +119,12 @@ mod tests {
         }
         let e = check(&h, LIMITS).unwrap_err();
         assert!(e.message.contains("limit is 100"), "{e}");
+        let mut many = HeaderMap::new();
+        for n in ["a", "b", "c", "d", "e"] {
+            many.insert(n, "1".parse().unwrap());
+        }
+        let e = check(&many, LIMITS).unwrap_err();
+        assert!(e.message.contains("5 headers"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //!
 //! [`run`] returns an [`Outcome`]; [`Outcome::into_response`] turns it into the answer.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -168,21 +169,11 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let permit = match state.cloud {
         // An edge at capacity offloads instead of queueing the client behind other calls.
         Some(_) => state.admission.try_acquire().ok(),
-        None => tokio::time::timeout_at(deadline.into(), state.admission.acquire())
-            .await
-            .ok()
-            .and_then(Result::ok),
+        None => admit_queued(state, deadline).await,
     };
     let Some(permit) = permit else {
         tracing::info!("at capacity: offloading");
-        return offload_or(state, call, OffloadReason::Overloaded, |_| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "overloaded",
-                "the node is at capacity; retry later",
-            )
-        })
-        .await;
+        return offload_or(state, call, OffloadReason::Overloaded, |_| overloaded()).await;
     };
     // Waiting for admission only; the decision below is reported as `sched`.
     let queued = call.received.elapsed().saturating_sub(call.route_time);
@@ -238,6 +229,38 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     offload_or(state, call, reason, |f| ApiError::from_invoke(f, &err)).await
 }
 
+/// A permit at a node that cannot offload: waits in a bounded queue (`limits.max_queued_calls`)
+/// until the call's deadline; `None` at once when the queue is full.
+async fn admit_queued(
+    state: &NodeState,
+    deadline: Instant,
+) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    if let Ok(permit) = state.admission.try_acquire() {
+        return Some(permit);
+    }
+    let max = state.topology.limits.max_queued_calls;
+    if state.queued.fetch_add(1, Ordering::AcqRel) >= max {
+        state.queued.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    let permit = tokio::time::timeout_at(deadline.into(), state.admission.acquire())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    state.queued.fetch_sub(1, Ordering::AcqRel);
+    permit
+}
+
+/// `503` with `Retry-After`: the node is full and nothing else can take the call.
+fn overloaded() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "the node is at capacity and cannot hand the call on; retry later",
+    )
+    .retry_after(1)
+}
+
 /// Offloads the call if this is an edge with a link to the cloud, else answers
 /// `otherwise(function)`.
 async fn offload_or(
@@ -264,6 +287,8 @@ async fn offload_or(
         .await
     {
         Ok(answer) => Outcome::Offloaded { reason, answer },
+        // A full edge whose cloud is unreachable sheds the call at once.
+        Err(_) if reason == OffloadReason::Overloaded => Outcome::Failed(overloaded()),
         Err(e) => Outcome::Failed(e),
     }
 }

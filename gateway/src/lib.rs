@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod activations;
 pub mod auth;
 pub mod body;
@@ -23,6 +24,7 @@ pub mod error;
 pub mod headers;
 pub mod idempotency;
 pub mod invoke;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod offload;
@@ -95,12 +97,12 @@ impl NodeHandle {
         let stop = CancellationToken::new();
         let router = routes::router(state.clone());
         let token = stop.clone();
-        let max_header_bytes = state.topology.gateway.max_header_bytes;
+        let limits = server::ServeLimits::from_topology(&state.topology);
         let task = tokio::spawn(server::serve_tls(
             listener,
             router,
             config,
-            max_header_bytes,
+            limits,
             async move { token.cancelled().await },
         ));
         Ok(Self {

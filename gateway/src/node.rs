@@ -10,8 +10,10 @@ use geofaas_functions::{FunctionBackend, Health};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Semaphore;
 
+use crate::access::Access;
 use crate::auth::OffloadKey;
 use crate::directory::Directory;
+use crate::limits::RateLimits;
 use crate::metrics::NodeMetrics;
 use crate::offload::CloudLink;
 use crate::schedule::EdgeScheduler;
@@ -50,6 +52,12 @@ pub struct NodeState {
     pub scheduler: Option<EdgeScheduler>,
     /// Verifies offload credentials of calls from other nodes.
     pub key: Option<OffloadKey>,
+    /// Callers' API keys.
+    pub access: Access,
+    /// Rate limits per client address and per key.
+    pub limits: RateLimits,
+    /// Calls waiting for an admission permit (at a node that cannot offload).
+    pub queued: std::sync::atomic::AtomicUsize,
     /// IP geolocation, when configured.
     pub locator: Option<Arc<dyn GeoLocator>>,
     /// Calls running here; an edge that cannot get a permit offloads instead of queueing.
@@ -100,6 +108,13 @@ impl NodeState {
             None => None,
         };
         let id_header = HeaderValue::from_str(id)?;
+        let access = Access::new(&topology.auth);
+        if access.is_open() {
+            tracing::warn!(
+                node = id,
+                "no [[auth.key]] in the topology: this node serves every caller"
+            );
+        }
         Ok(Self {
             id: id.to_owned(),
             id_header,
@@ -110,6 +125,9 @@ impl NodeState {
             cloud,
             scheduler,
             key,
+            access,
+            limits: RateLimits::new(&topology.limits),
+            queued: Default::default(),
             locator: opts.locator,
             ready: AtomicBool::new(true),
             metrics: NodeMetrics::new(id, opts.metrics),

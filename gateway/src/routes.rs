@@ -1,15 +1,17 @@
 //! The HTTP API of a gateway: `/fn/{name}` and the operational endpoints.
 //!
-//! A call, top-down in [`call_function`]: method and name checks, the client's location, the
-//! routing decision (serve here or `307`), the body, then [`invoke::run`] (directly, through
-//! the idempotency cache, or in the background for `Prefer: respond-async`). Two layers wrap
+//! A call, top-down in [`call_function`]: method and name checks, the client's rate limit, the
+//! caller's API key (before any handover, so a `307` never tells the topology to a stranger)
+//! and its rate limit, the client's location, the routing decision (serve here or `307`), the
+//! body, then [`invoke::run`] (directly, through the idempotency cache, or in the background
+//! for `Prefer: respond-async`). Two layers wrap
 //! every route: header limits (`431`) and [`body::finish_unread`], which lets HTTP/2 clients
 //! receive every early answer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -26,6 +28,7 @@ use serde_json::json;
 use tower::ServiceBuilder;
 use tracing::Instrument as _;
 
+use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
 use crate::headers::{self, HeaderLimits};
@@ -44,6 +47,7 @@ pub fn router(state: Arc<NodeState>) -> Router {
     let limits = HeaderLimits {
         total: settings.max_header_bytes,
         line: settings.max_header_line_bytes,
+        count: state.topology.limits.max_headers,
     };
     let body_limit = settings.max_body_bytes;
     Router::new()
@@ -98,13 +102,25 @@ async fn handle_call(
     if !valid_function_name(&name) {
         return Err(ApiError::bad_function_name());
     }
+    if let Some(Extension(ClientAddr(addr))) = client {
+        state.limits.client(addr.ip())?;
+    }
+    let signed = signed_by_peer(&state, &parts.method, &parts.uri, &parts.headers);
+    let caller = if signed {
+        Caller::Node
+    } else {
+        state.access.call(&parts.headers, &name)?
+    };
+    if let Some(id) = caller.key_id() {
+        state.limits.key(id)?;
+    }
     let path_and_query = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
     let location = locate(&state, &parts.headers, client)?;
-    let pinned = is_pinned(&state, &parts.method, &parts.uri, &parts.headers);
+    let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
     let route = routing::decide(&state.map, &state.id, location, pinned);
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
@@ -112,7 +128,13 @@ async fn handle_call(
         return handover(&state, &routing::handover_url(target, &path_and_query));
     }
     let idempotency_key = idempotency::key(&parts.headers, &name)?;
-    let body = body::read(&parts.headers, body, state.topology.gateway.max_body_bytes).await?;
+    let body = body::read(
+        &parts.headers,
+        body,
+        state.topology.gateway.max_body_bytes,
+        Duration::from_millis(state.topology.limits.body_timeout_ms),
+    )
+    .await?;
     let idempotency_key =
         idempotency_key.map(|k| (k, idempotency::fingerprint(&path_and_query, &body)));
     let call = Call {
@@ -126,7 +148,10 @@ async fn handle_call(
         route_time,
     };
     if crate::activations::wants_async(&parts.headers) {
-        return state.activations.start(state.clone(), call);
+        let owner = caller.key_id().map(str::to_owned);
+        return state
+            .activations
+            .start(state.clone(), call, owner.as_deref());
     }
     match idempotency_key {
         Some((key, request)) => {
@@ -179,9 +204,14 @@ fn handover(state: &NodeState, location: &str) -> Result<Response<Body>, ApiErro
         })
 }
 
-/// Offloaded by a peer with a valid signature, or a client's explicit retry at the cloud (only
-/// the cloud honours that: an edge serving it would serve any client outside its area).
-fn is_pinned(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+/// A client's explicit retry at the cloud, served there. Only the cloud honours it: an edge
+/// serving it would serve any client outside its area.
+fn retried_at_the_cloud(state: &NodeState, headers: &HeaderMap) -> bool {
+    state.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
+}
+
+/// Offloaded by a peer with a valid, fresh signature: served where it lands.
+fn signed_by_peer(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
     if let (Some(key), Some(v)) = (&state.key, headers.get(OFFLOAD)) {
         if let Some(from) = v
             .to_str()
@@ -193,14 +223,17 @@ fn is_pinned(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap)
         }
         tracing::warn!("offload credential did not verify; routing the call normally");
     }
-    state.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
+    false
 }
 
 async fn activation(
     State(state): State<Arc<NodeState>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
-    state.activations.get(&id)
+    let caller = state.access.caller(&headers)?;
+    let admin = state.access.is_open() || matches!(caller, Caller::Key(k) if k.admin);
+    state.activations.get(&id, caller.key_id(), admin)
 }
 
 /// The topology's functions with their profiles, what this node serves, and what it knows
@@ -229,7 +262,11 @@ async fn readyz(State(state): State<Arc<NodeState>>) -> impl IntoResponse {
     }
 }
 
-async fn registry(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value> {
+async fn registry(
+    State(state): State<Arc<NodeState>>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    state.access.admin(&headers)?;
     let nodes: Vec<_> = state
         .map
         .nodes()
@@ -244,10 +281,15 @@ async fn registry(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value
             })
         })
         .collect();
-    Json(json!({"self": state.id, "ready": state.ready.load(Ordering::Relaxed), "nodes": nodes}))
+    Ok(Json(
+        json!({"self": state.id, "ready": state.ready.load(Ordering::Relaxed), "nodes": nodes}),
+    ))
 }
 
-async fn metrics(State(state): State<Arc<NodeState>>) -> Response<Body> {
+async fn metrics(State(state): State<Arc<NodeState>>, headers: HeaderMap) -> Response<Body> {
+    if let Err(e) = state.access.admin(&headers) {
+        return e.into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -17,23 +17,44 @@ use crate::routes::ClientAddr;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long in-flight requests get to finish after shutdown starts.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the server enforces per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// The router's own header limit in bytes (it answers `431` above it).
+    pub max_header_bytes: usize,
+    /// Time a client has to send an HTTP/1.1 request's headers (slowloris).
+    pub header_timeout: Duration,
+    /// Time in-flight requests get to finish after shutdown starts.
+    pub drain_timeout: Duration,
+}
+
+impl ServeLimits {
+    /// The limits a topology sets.
+    pub fn from_topology(t: &geofaas_config::Topology) -> Self {
+        Self {
+            max_header_bytes: t.gateway.max_header_bytes,
+            header_timeout: Duration::from_millis(t.limits.header_timeout_ms.max(1)),
+            drain_timeout: Duration::from_millis(t.gateway.drain_timeout_ms),
+        }
+    }
+}
 
 /// Serves `router` on `listener` with TLS until `shutdown` resolves, then drains connections.
 ///
-/// `max_header_bytes` is the router's own header limit (it answers `431` above it). HTTP/2's
-/// decoder gets four times as much room, so a client whose headers are over the limit receives
-/// that `431`, where hyper's default (16 KiB) would close the whole connection instead.
+/// HTTP/2's decoder gets four times the router's header limit, so a client whose headers are
+/// over the limit receives the router's `431`, where hyper's default (16 KiB) would close the
+/// whole connection instead. HTTP/1.1 clients that trickle their headers are cut off after
+/// `limits.header_timeout`.
 pub async fn serve_tls(
     listener: TcpListener,
     router: Router,
     tls: Arc<rustls::ServerConfig>,
-    max_header_bytes: usize,
+    limits: ServeLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let h2_header_list =
-        u32::try_from(max_header_bytes.saturating_mul(4).max(64 * 1024)).unwrap_or(u32::MAX);
+        u32::try_from(limits.max_header_bytes.saturating_mul(4).max(64 * 1024)).unwrap_or(u32::MAX);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -72,7 +93,11 @@ pub async fn serve_tls(
             let mut builder = auto::Builder::new(TokioExecutor::new());
             // Flatten each HTTP/1.1 response (head and body) into one buffer: over TLS a vectored
             // write becomes one record per slice, so this sends one record instead of two.
-            builder.http1().writev(false);
+            builder
+                .http1()
+                .writev(false)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout);
             builder.http2().max_header_list_size(h2_header_list);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
@@ -81,7 +106,7 @@ pub async fn serve_tls(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
         .await
         .is_err()
     {
