@@ -118,9 +118,33 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         listener,
         &tls,
         opts,
+        reload_on_sighup(args.config.clone()),
         shutdown_signal(),
     )
     .await
+}
+
+/// On every SIGHUP, the topology file read and validated again (what `run_node` applies).
+fn reload_on_sighup(path: PathBuf) -> tokio::sync::mpsc::Receiver<anyhow::Result<Topology>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP: reloads are off");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!(file = %path.display(), "SIGHUP: reloading the topology");
+            let next = Topology::load(&path).map_err(anyhow::Error::from);
+            if tx.send(next).await.is_err() {
+                return;
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    drop((path, tx));
+    rx
 }
 
 /// The error and its causes on one line, each cause once: many errors already print their

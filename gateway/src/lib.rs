@@ -55,13 +55,35 @@ pub fn build_backends(
     topology: &Topology,
     id: &str,
 ) -> anyhow::Result<Vec<Arc<dyn FunctionBackend>>> {
+    rebuild_backends(topology, id, None)
+}
+
+/// Like [`build_backends`], but a backend whose configuration (and functions) did not change
+/// from `before` is kept as it is, warm instances included.
+fn rebuild_backends(
+    topology: &Topology,
+    id: &str,
+    before: Option<&NodeState>,
+) -> anyhow::Result<Vec<Arc<dyn FunctionBackend>>> {
     let node = topology
         .node(id)
         .with_context(|| format!("{}: no node with id {id:?}", topology.source))?;
+    let old = before.and_then(|b| {
+        let same_base =
+            b.topology.base_dir == topology.base_dir && b.topology.functions == topology.functions;
+        same_base.then(|| (b.topology.node(id), b.directory.backends()))
+    });
     node.backends
         .iter()
         .enumerate()
         .map(|(i, cfg)| {
+            if let Some((Some(old_node), old_backends)) = &old {
+                if old_node.backends.get(i) == Some(cfg) {
+                    if let Some(b) = old_backends.get(i) {
+                        return Ok(b.clone());
+                    }
+                }
+            }
             geofaas_functions::build_backend(cfg, &topology.base_dir, &topology.functions)
                 .with_context(|| {
                     format!(
@@ -77,8 +99,10 @@ pub fn build_backends(
 /// A node running in the background.
 #[derive(Debug)]
 pub struct NodeHandle {
-    /// The node's state (for tests and `up`).
+    /// The node's state when it started (for tests and `up`; [`NodeHandle::current`] after a
+    /// reload).
     pub state: Arc<NodeState>,
+    live: Arc<node::Live>,
     /// The address it listens on.
     pub addr: SocketAddr,
     stop: CancellationToken,
@@ -95,7 +119,8 @@ impl NodeHandle {
         let addr = listener.local_addr()?;
         let config = tls.server_config()?;
         let stop = CancellationToken::new();
-        let router = routes::router(state.clone());
+        let live = node::Live::new(state.clone());
+        let router = routes::router_live(live.clone());
         let token = stop.clone();
         let limits = server::ServeLimits::from_topology(&state.topology);
         let task = tokio::spawn(server::serve_tls(
@@ -107,10 +132,40 @@ impl NodeHandle {
         ));
         Ok(Self {
             state,
+            live,
             addr,
             stop,
             task,
         })
+    }
+
+    /// The state new calls use.
+    pub fn current(&self) -> Arc<NodeState> {
+        self.live.current()
+    }
+
+    /// Switches the node to `topology` without dropping a call: calls in flight finish on the
+    /// state they started with; backends whose configuration did not change are kept warm.
+    /// An invalid topology (or one without this node) is refused and the old one stays.
+    pub fn reload(&self, topology: Arc<Topology>) -> anyhow::Result<()> {
+        let before = self.live.current();
+        let backends = rebuild_backends(&topology, &before.id, Some(&before))?;
+        let next = before.reloaded(topology, backends)?;
+        self.live.replace(Arc::new(next));
+        Ok(())
+    }
+
+    /// A graceful stop: `/readyz` says "not ready" at once (so the geo DNS withdraws the
+    /// node), calls are still answered for `grace`, then the node stops accepting and in-flight
+    /// calls get `gateway.drain_timeout_ms` to finish.
+    pub async fn drain(self, grace: std::time::Duration) -> anyhow::Result<()> {
+        self.state.ready.store(false, Ordering::Relaxed);
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "draining: not ready, still answering"
+        );
+        tokio::time::sleep(grace).await;
+        self.shutdown().await
     }
 
     /// Stops accepting, drains in-flight calls and waits for the server to end.
@@ -122,20 +177,35 @@ impl NodeHandle {
     }
 }
 
-/// Runs node `id` of `topology` on `listener` until `shutdown` resolves.
+/// Runs node `id` of `topology` on `listener` until `shutdown` resolves, then drains
+/// ([`NodeHandle::drain`] with `gateway.drain_grace_ms`). Each topology `reloads` yields is
+/// applied with [`NodeHandle::reload`]; one that fails is logged and the old one kept.
 pub async fn run_node(
     topology: Arc<Topology>,
     id: &str,
     listener: TcpListener,
     tls: &TlsMaterial,
     opts: NodeOptions,
+    mut reloads: tokio::sync::mpsc::Receiver<anyhow::Result<Topology>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let backends = build_backends(&topology, id)?;
     let state = Arc::new(NodeState::new(topology, id, backends, opts)?);
     let handle = NodeHandle::spawn(state, listener, tls)?;
-    shutdown.await;
-    handle.shutdown().await
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(next) = reloads.recv() => {
+                match next.and_then(|t| handle.reload(Arc::new(t))) {
+                    Ok(()) => tracing::info!("topology reloaded"),
+                    Err(e) => tracing::error!(error = %cli::error_report(&e), "reload refused; keeping the running topology"),
+                }
+            }
+        }
+    }
+    let grace = std::time::Duration::from_millis(handle.current().topology.gateway.drain_grace_ms);
+    handle.drain(grace).await
 }
 
 /// The mmdb of the DNS crate as the gateway's IP locator.

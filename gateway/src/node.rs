@@ -63,13 +63,15 @@ pub struct NodeState {
     /// Calls running here; an edge that cannot get a permit offloads instead of queueing.
     pub admission: Semaphore,
     /// Cleared when the node starts shutting down, so `/readyz` tells DNS to stop sending clients.
-    pub ready: AtomicBool,
+    pub ready: Arc<AtomicBool>,
     /// This node's metrics, served at `/metrics`.
-    pub metrics: NodeMetrics,
+    pub metrics: Arc<NodeMetrics>,
     /// Answers of calls made with an `Idempotency-Key`.
-    pub idempotency: crate::idempotency::IdempotencyCache,
+    pub idempotency: Arc<crate::idempotency::IdempotencyCache>,
     /// Calls running in the background for `Prefer: respond-async` clients.
-    pub activations: crate::activations::Activations,
+    pub activations: Arc<crate::activations::Activations>,
+    /// What the node was started with, for reloads.
+    opts: NodeOptions,
 }
 
 impl std::fmt::Debug for NodeState {
@@ -88,6 +90,26 @@ impl NodeState {
         id: &str,
         backends: Vec<Arc<dyn FunctionBackend>>,
         opts: NodeOptions,
+    ) -> anyhow::Result<Self> {
+        Self::build(topology, id, backends, opts, None)
+    }
+
+    /// The state of this node under a new topology (a reload): readiness, metrics, kept
+    /// idempotent answers and activations carry over; everything else is built anew.
+    pub fn reloaded(
+        &self,
+        topology: Arc<Topology>,
+        backends: Vec<Arc<dyn FunctionBackend>>,
+    ) -> anyhow::Result<Self> {
+        Self::build(topology, &self.id, backends, self.opts.clone(), Some(self))
+    }
+
+    fn build(
+        topology: Arc<Topology>,
+        id: &str,
+        backends: Vec<Arc<dyn FunctionBackend>>,
+        opts: NodeOptions,
+        before: Option<&NodeState>,
     ) -> anyhow::Result<Self> {
         let node = topology
             .node(id)
@@ -109,7 +131,7 @@ impl NodeState {
         };
         let id_header = HeaderValue::from_str(id)?;
         let access = Access::new(&topology.auth);
-        if access.is_open() {
+        if access.is_open() && before.is_none_or(|b| !b.access.is_open()) {
             tracing::warn!(
                 node = id,
                 "no [[auth.key]] in the topology: this node serves every caller"
@@ -128,11 +150,15 @@ impl NodeState {
             access,
             limits: RateLimits::new(&topology.limits),
             queued: Default::default(),
-            locator: opts.locator,
-            ready: AtomicBool::new(true),
-            metrics: NodeMetrics::new(id, opts.metrics),
-            idempotency: Default::default(),
-            activations: Default::default(),
+            locator: opts.locator.clone(),
+            ready: before.map_or_else(|| Arc::new(AtomicBool::new(true)), |b| b.ready.clone()),
+            metrics: before.map_or_else(
+                || Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
+                |b| b.metrics.clone(),
+            ),
+            idempotency: before.map(|b| b.idempotency.clone()).unwrap_or_default(),
+            activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
+            opts,
             topology,
         })
     }
@@ -153,5 +179,32 @@ impl NodeState {
             }
         }
         false
+    }
+}
+
+/// A node's current state, swapped whole when the topology is reloaded; a call keeps the state
+/// it started with until it is answered, so a reload drops nothing.
+pub struct Live(arc_swap::ArcSwap<NodeState>);
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Live").field(&self.current().id).finish()
+    }
+}
+
+impl Live {
+    /// Starts with `state`.
+    pub fn new(state: Arc<NodeState>) -> Arc<Self> {
+        Arc::new(Self(arc_swap::ArcSwap::new(state)))
+    }
+
+    /// The state new calls use.
+    pub fn current(&self) -> Arc<NodeState> {
+        self.0.load_full()
+    }
+
+    /// Makes `state` the one new calls use.
+    pub fn replace(&self, state: Arc<NodeState>) {
+        self.0.store(state);
     }
 }

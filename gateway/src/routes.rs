@@ -34,15 +34,22 @@ use crate::error::ApiError;
 use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
-use crate::node::NodeState;
+use crate::node::{Live, NodeState};
 use crate::routing::{self, Route};
 
 /// The remote address of the connection, inserted by the server for each connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub SocketAddr);
 
-/// The gateway's routes over `state`.
+/// The gateway's routes over a fixed `state`.
 pub fn router(state: Arc<NodeState>) -> Router {
+    router_live(Live::new(state))
+}
+
+/// The gateway's routes over a state that reloads may replace. Header limits and the body
+/// drain bound are taken once, here (they change with a restart).
+pub fn router_live(live: Arc<Live>) -> Router {
+    let state = live.current();
     let settings = &state.topology.gateway;
     let limits = HeaderLimits {
         total: settings.max_header_bytes,
@@ -59,7 +66,7 @@ pub fn router(state: Arc<NodeState>) -> Router {
         .route("/registry", get(registry))
         .route("/metrics", get(metrics))
         .fallback(no_route)
-        .with_state(state)
+        .with_state(live)
         // Outermost first: every answer, the 431 included, leaves the unread body to
         // `finish_unread`, so HTTP/2 clients get it instead of a reset stream.
         .layer(
@@ -71,11 +78,12 @@ pub fn router(state: Arc<NodeState>) -> Router {
 
 /// `/fn/{name}`: one span per call (node, function, request id), and the id in the answer.
 async fn call_function(
-    State(state): State<Arc<NodeState>>,
+    State(live): State<Arc<Live>>,
     name: Result<Path<String>, PathRejection>,
     client: Option<Extension<ClientAddr>>,
     req: Request<Body>,
 ) -> Response<Body> {
+    let state = live.current();
     let received = Instant::now();
     let request_id = headers::request_id(req.headers());
     let name = name.map(|Path(n)| n).unwrap_or_default();
@@ -227,10 +235,11 @@ fn signed_by_peer(state: &NodeState, method: &Method, uri: &Uri, headers: &Heade
 }
 
 async fn activation(
-    State(state): State<Arc<NodeState>>,
+    State(live): State<Arc<Live>>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
+    let state = live.current();
     let caller = state.access.caller(&headers)?;
     let admin = state.access.is_open() || matches!(caller, Caller::Key(k) if k.admin);
     state.activations.get(&id, caller.key_id(), admin)
@@ -238,7 +247,8 @@ async fn activation(
 
 /// The topology's functions with their profiles, what this node serves, and what it knows
 /// the other nodes serve.
-async fn functions(State(state): State<Arc<NodeState>>) -> Json<serde_json::Value> {
+async fn functions(State(live): State<Arc<Live>>) -> Json<serde_json::Value> {
+    let state = live.current();
     let profiles: Vec<_> = state
         .topology
         .functions
@@ -254,7 +264,8 @@ async fn functions(State(state): State<Arc<NodeState>>) -> Json<serde_json::Valu
     }))
 }
 
-async fn readyz(State(state): State<Arc<NodeState>>) -> impl IntoResponse {
+async fn readyz(State(live): State<Arc<Live>>) -> impl IntoResponse {
+    let state = live.current();
     if state.is_ready().await {
         (StatusCode::OK, "ready\n")
     } else {
@@ -263,9 +274,10 @@ async fn readyz(State(state): State<Arc<NodeState>>) -> impl IntoResponse {
 }
 
 async fn registry(
-    State(state): State<Arc<NodeState>>,
+    State(live): State<Arc<Live>>,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = live.current();
     state.access.admin(&headers)?;
     let nodes: Vec<_> = state
         .map
@@ -286,7 +298,8 @@ async fn registry(
     ))
 }
 
-async fn metrics(State(state): State<Arc<NodeState>>, headers: HeaderMap) -> Response<Body> {
+async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<Body> {
+    let state = live.current();
     if let Err(e) = state.access.admin(&headers) {
         return e.into_response();
     }

@@ -11,3 +11,4 @@ mod idempotency;
 mod offload;
 mod router;
 mod scheduler;
+mod security;
