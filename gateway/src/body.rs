@@ -91,7 +91,9 @@ pub async fn finish_unread(State(limit): State<usize>, req: Request, next: Next)
     });
     let response = next.run(req).await;
     let unread = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
-    if let Some(body) = unread {
+    // A client too slow to send its body (408) is not waited for a second time.
+    let slow = response.status() == axum::http::StatusCode::REQUEST_TIMEOUT;
+    if let Some(body) = unread.filter(|_| !slow) {
         tokio::spawn(drain(body, limit.max(DRAIN_FLOOR)));
     }
     response

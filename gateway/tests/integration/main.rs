@@ -8,6 +8,7 @@ mod errors;
 mod handover;
 mod http2;
 mod idempotency;
+mod lifecycle;
 mod offload;
 mod router;
 mod scheduler;
