@@ -32,3 +32,6 @@ pub use topology::{
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod properties;

@@ -45,7 +45,12 @@ async fn tls_h1(c: &Cluster, port: u16) -> tokio_rustls::client::TlsStream<TcpSt
 }
 
 fn port(c: &Cluster, id: &str) -> u16 {
-    c.nodes.iter().find(|n| n.state.id == id).unwrap().addr.port()
+    c.nodes
+        .iter()
+        .find(|n| n.state.id == id)
+        .unwrap()
+        .addr
+        .port()
 }
 
 /// Everything the server sends until it closes the connection (bounded by 20 s).
@@ -94,12 +99,23 @@ async fn clients_that_trickle_headers_or_bodies_are_cut_off() {
 async fn a_draining_node_turns_not_ready_first_and_keeps_answering_through_the_grace() {
     let mut c = Cluster::start(1 << 20).await;
     let url = c.url("tu-berlin");
-    let i = c.nodes.iter().position(|n| n.state.id == "tu-berlin").unwrap();
+    let i = c
+        .nodes
+        .iter()
+        .position(|n| n.state.id == "tu-berlin")
+        .unwrap();
     let node = c.nodes.remove(i);
     let drain = tokio::spawn(node.drain(Duration::from_secs(2)));
     let mut ready = 200;
     for _ in 0..100 {
-        ready = c.client.get(format!("{url}/readyz")).send().await.unwrap().status().as_u16();
+        ready = c
+            .client
+            .get(format!("{url}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
         if ready == 503 {
             break;
         }
@@ -114,7 +130,11 @@ async fn a_draining_node_turns_not_ready_first_and_keeps_answering_through_the_g
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.text().await.unwrap(), "still here", "calls are answered in the grace");
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "still here",
+        "calls are answered in the grace"
+    );
     drain.await.unwrap().unwrap();
     let fresh = reqwest::Client::builder()
         .add_root_certificate(
@@ -141,7 +161,8 @@ async fn reloads_apply_valid_topologies_refuse_invalid_ones_and_drop_no_call() {
     let parse = |text: &str| Arc::new(Topology::parse(text, "reload.toml", &base).unwrap());
     let plain = topology_text(&ports, 1 << 20);
     let hash = geofaas_gateway::access::sha256_hex("k");
-    let keyed = format!("{plain}\n[[auth.key]]\nid = \"k\"\nsha256 = \"{hash}\"\nfunctions = [\"*\"]\n");
+    let keyed =
+        format!("{plain}\n[[auth.key]]\nid = \"k\"\nsha256 = \"{hash}\"\nfunctions = [\"*\"]\n");
     let edge = c.nodes.iter().find(|n| n.state.id == "tu-berlin").unwrap();
 
     // Calls keep coming while the topology is swapped back and forth.
@@ -183,6 +204,10 @@ async fn reloads_apply_valid_topologies_refuse_invalid_ones_and_drop_no_call() {
     .unwrap();
     assert!(edge.reload(Arc::new(without)).is_err());
     let resp = c.post("tu-berlin", "echo", BERLIN, "x").await;
-    assert_eq!(resp.status(), 401, "the keyed topology is still the running one");
+    assert_eq!(
+        resp.status(),
+        401,
+        "the keyed topology is still the running one"
+    );
     c.stop().await;
 }

@@ -10,6 +10,7 @@ mod http2;
 mod idempotency;
 mod lifecycle;
 mod offload;
+mod properties;
 mod router;
 mod scheduler;
 mod security;
