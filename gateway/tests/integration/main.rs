@@ -6,5 +6,6 @@ mod cluster;
 mod errors;
 mod handover;
 mod idempotency;
+mod loadtest;
 mod offload;
 mod scheduler;
