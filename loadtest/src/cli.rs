@@ -116,6 +116,10 @@ pub struct MobilityArgs {
     /// Open loop: send one call every 1/RATE s whatever the answers do (default: closed loop).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Call the function once at every node before the walk (not recorded), so the walk's
+    /// latency peaks are handovers, not cold starts.
+    #[arg(long)]
+    pub warm: bool,
 }
 
 /// Arguments of `geofaas loadtest highload`.

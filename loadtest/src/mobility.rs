@@ -14,6 +14,9 @@ use crate::runner::{run_closed, run_open, Planned};
 /// Runs the walk and writes requests.csv, summary.json and mobility.png.
 pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
     let points = read_points(&args.path)?;
+    if args.warm {
+        warm_every_node(ctx).await?;
+    }
     let client = Arc::new(GeoClient::new(&ctx.client_config(points[0].location))?);
     let interval = args.rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let plan: Vec<Planned> = points
@@ -56,6 +59,7 @@ pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
     ctx.finish_summary(&mut summary, args.rate);
     summary.mode_results = json!({
         "path": args.path.display().to_string(),
+        "warmed_every_node_first": args.warm,
         "points": points.len(),
         "handovers": handovers.iter().map(|(i, to)| json!({
             "step": i,
@@ -69,6 +73,30 @@ pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
     });
     summary.write(&ctx.out_file("summary.json"))?;
     print_result(&summary);
+    Ok(())
+}
+
+/// One call per node, each from the node's own location, each with a client of its own.
+async fn warm_every_node(ctx: &Ctx) -> anyhow::Result<()> {
+    for node in ctx.map.nodes() {
+        let mut cfg = ctx.client_config(node.location);
+        cfg.entry = node.public_url.clone();
+        let report = GeoClient::new(&cfg)?
+            .call(&crate::client::CallRequest {
+                function: ctx.template.function.clone(),
+                location: Some(node.location),
+                body: ctx.template.body.clone(),
+                idempotency_key: None,
+            })
+            .await;
+        anyhow::ensure!(
+            report.is_success(),
+            "warm-up call at {} failed: {:?} {:?}",
+            node.id,
+            report.status,
+            report.error
+        );
+    }
     Ok(())
 }
 

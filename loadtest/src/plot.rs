@@ -229,12 +229,17 @@ pub fn outage(
     let edge_ma = thin(&moving_average(edge, 1.0), 4000);
     let cloud_ma = thin(&moving_average(cloud, 1.0), 4000);
     let t_max = edge.iter().chain(cloud).map(|p| p.0).fold(1.0, f64::max);
-    let y_max = edge_ma
-        .iter()
-        .chain(&cloud_ma)
-        .map(|p| p.1)
+    // Log scale: sub-millisecond loopback calls and a cold start on the retry in one figure.
+    let all_y = || edge_ma.iter().chain(&cloud_ma).map(|p| p.1);
+    let y_max = all_y()
+        .chain(retried.iter().map(|p| p.1))
         .fold(1.0, f64::max)
-        * 1.3;
+        * 1.5;
+    let y_min = all_y()
+        .filter(|y| *y > 0.0)
+        .fold(y_max, f64::min)
+        .max(0.001)
+        * 0.7;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Outage: 1-second moving average of latency",
@@ -243,26 +248,26 @@ pub fn outage(
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .build_cartesian_2d(0.0..t_max, (y_min..y_max).log_scale())
         .map_err(e)?;
     chart
         .configure_mesh()
         .x_desc("time (s)")
-        .y_desc("latency (ms), 1 s moving average")
+        .y_desc("latency (ms, log scale), 1 s moving average")
         .label_style(("sans-serif", 15))
         .draw()
         .map_err(e)?;
     if let Some(k) = kill_at_s {
         chart
             .draw_series(std::iter::once(PathElement::new(
-                vec![(k, 0.0), (k, y_max)],
+                vec![(k, y_min), (k, y_max)],
                 BLACK.mix(0.6).stroke_width(1),
             )))
             .map_err(e)?;
         chart
             .draw_series(std::iter::once(Text::new(
                 "edge killed (SIGKILL)",
-                (k + t_max * 0.01, y_max * 0.95),
+                (k + t_max * 0.01, y_max * 0.8),
                 ("sans-serif", 15),
             )))
             .map_err(e)?;
@@ -281,7 +286,7 @@ pub fn outage(
         .draw_series(
             retried
                 .iter()
-                .map(|&(t, l)| Cross::new((t, l.min(y_max * 0.98)), 5, BLACK.stroke_width(2))),
+                .map(|&(t, l)| Cross::new((t, l.clamp(y_min, y_max)), 5, BLACK.stroke_width(2))),
         )
         .map_err(e)?
         .label("retried at the cloud (raw latency)")

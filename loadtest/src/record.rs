@@ -14,7 +14,7 @@ use crate::client::CallReport;
 
 /// Columns of `requests.csv`, in order.
 pub const CSV_HEADER: &str =
-    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,error";
+    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,http,error";
 
 /// One call as `requests.csv` records it.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +43,8 @@ pub struct Row {
     pub round: u32,
     /// Intended send time, milliseconds after the start of the run (of the round in high load).
     pub sent_ms: f64,
+    /// HTTP version of the answer (`HTTP/2.0`, `HTTP/1.1`; empty without one).
+    pub http: String,
     /// Why the call failed (empty when it got an answer).
     pub error: String,
 }
@@ -70,6 +72,7 @@ impl Row {
             redirects: report.redirects,
             round,
             sent_ms,
+            http: report.version.map(|v| format!("{v:?}")).unwrap_or_default(),
             error: report.error.clone().unwrap_or_default(),
         }
     }
@@ -93,7 +96,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{},{}",
             clean(&r.client),
             r.seq,
             r.lat,
@@ -106,6 +109,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
             r.redirects,
             r.round,
             r.sent_ms,
+            clean(&r.http),
             clean(&r.error)
         );
     }
@@ -129,8 +133,8 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
 }
 
 fn parse_row(line: &str) -> anyhow::Result<Row> {
-    let f: Vec<&str> = line.splitn(13, ',').collect();
-    anyhow::ensure!(f.len() == 13, "expected 13 fields, found {}", f.len());
+    let f: Vec<&str> = line.splitn(14, ',').collect();
+    anyhow::ensure!(f.len() == 14, "expected 14 fields, found {}", f.len());
     Ok(Row {
         client: f[0].to_owned(),
         seq: f[1].parse()?,
@@ -144,7 +148,8 @@ fn parse_row(line: &str) -> anyhow::Result<Row> {
         redirects: f[9].parse()?,
         round: f[10].parse()?,
         sent_ms: f[11].parse()?,
-        error: f[12].to_owned(),
+        http: f[12].to_owned(),
+        error: f[13].to_owned(),
     })
 }
 
@@ -227,6 +232,8 @@ pub struct Summary {
     pub offloaded: u64,
     /// Calls per serving node.
     pub served_by: BTreeMap<String, u64>,
+    /// Answers per HTTP version.
+    pub http_versions: BTreeMap<String, u64>,
     /// Latency of all answered calls.
     pub latency: LatencyStats,
     /// Latency per serving node.
@@ -241,9 +248,11 @@ impl Summary {
     /// The common part of the summary of `rows`.
     pub fn of(mode: &str, rows: &[Row], duration_s: f64) -> Self {
         let mut served_by = BTreeMap::new();
+        let mut http_versions = BTreeMap::new();
         let mut by_node: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
         for r in rows.iter().filter(|r| r.ok()) {
             *served_by.entry(r.served_by.clone()).or_insert(0) += 1;
+            *http_versions.entry(r.http.clone()).or_insert(0) += 1;
             by_node.entry(r.served_by.clone()).or_default().push(r);
         }
         let count = |f: &dyn Fn(&Row) -> bool| rows.iter().filter(|r| f(r)).count() as u64;
@@ -261,6 +270,7 @@ impl Summary {
             redirected: count(&|r| r.redirects > 0),
             offloaded: count(&|r| !r.offloaded_from.is_empty()),
             served_by,
+            http_versions,
             latency: LatencyStats::of(rows.iter().filter(|r| r.ok())),
             latency_by_node: by_node
                 .into_iter()
@@ -297,6 +307,7 @@ mod tests {
             redirects: 0,
             round: 0,
             sent_ms: 12.5,
+            http: "HTTP/2.0".into(),
             error: "a, b\nc".into(),
         }
     }

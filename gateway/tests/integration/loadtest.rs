@@ -164,6 +164,10 @@ fn mobility_on_another_topology_hands_over_exactly_where_the_areas_say() {
     }
     assert!(out.join("mobility.png").metadata().unwrap().len() > 1000);
     assert_eq!(summary(&out)["spawned"], true);
+    assert!(
+        rows.iter().all(|r| r.http == "HTTP/2.0"),
+        "HTTP/2 by default"
+    );
 }
 
 #[test]
@@ -191,6 +195,7 @@ fn mobility_on_the_berlin_path_over_http1_hands_over_at_kleinmachnow_and_fahrlan
         "{at:?}"
     );
     assert_eq!(handovers(&rows), expected);
+    assert!(rows.iter().all(|r| r.http == "HTTP/1.1"), "--http1");
 }
 
 #[test]
