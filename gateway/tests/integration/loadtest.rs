@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use geofaas_config::{LatLon, Topology};
+use geofaas_loadtest::client::node_origin;
 use geofaas_loadtest::mobility::handled_by;
 use geofaas_loadtest::record::{read_csv, Row};
+use geofaas_loadtest::spawn::Spawned;
+use geofaas_loadtest::{CallRequest, ClientConfig, GeoClient, HttpVersion};
 
 const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
 
@@ -282,4 +285,61 @@ fn outage_sigkill_of_the_edge_loses_no_call_with_one_retry() {
     assert!(rows.iter().all(|r| r.attempts <= 2));
     assert_eq!(s["failed"], 0);
     assert!(out.join("outage.png").metadata().unwrap().len() > 1000);
+}
+
+/// The library on its own: a POST body reaches the node a handover names, and the client then
+/// talks to that node directly.
+async fn body_follows_the_handover(http: HttpVersion) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = melbourne(free_ports(), "");
+    let topology = Topology::parse(&text, "mel.toml", dir.path()).unwrap();
+    let nodes = Spawned::start(&topology, Path::new(BIN), None)
+        .await
+        .unwrap();
+    let north = LatLon::new(-37.80, 144.96).unwrap();
+    let south = LatLon::new(-37.86, 144.96).unwrap();
+    let mut cfg = ClientConfig::for_topology(&nodes.topology, north).unwrap();
+    cfg.ca_pem = Some(nodes.ca_pem.clone());
+    cfg.http = http;
+    let client = GeoClient::new(&cfg).unwrap();
+    let want_version = match http {
+        HttpVersion::Http2 => reqwest::Version::HTTP_2,
+        HttpVersion::Http1 => reqwest::Version::HTTP_11,
+    };
+    for (i, (loc, node, redirects)) in [
+        (north, "north", 0),
+        (south, "south", 1),
+        (south, "south", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = format!("payload {i} \u{1F30D} {}", "x".repeat(20_000));
+        let r = client
+            .call(&CallRequest {
+                function: "echo".into(),
+                location: Some(loc),
+                body: body.clone().into(),
+                idempotency_key: Some(format!("key-{i}")),
+            })
+            .await;
+        assert_eq!(r.status.map(|s| s.as_u16()), Some(200), "call {i}: {r:?}");
+        assert_eq!(r.served_by.as_deref(), Some(node), "call {i}");
+        assert_eq!(r.redirects, redirects, "call {i}");
+        assert_eq!(r.attempts, 1, "call {i}");
+        assert_eq!(r.version, Some(want_version), "call {i}");
+        assert_eq!(std::str::from_utf8(&r.body).unwrap(), body, "call {i}");
+    }
+    let south_url = &nodes.topology.node("south").unwrap().public_url;
+    assert_eq!(client.cached_node(), node_origin(south_url));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_library_carries_the_body_across_a_handover_over_http1() {
+    body_follows_the_handover(HttpVersion::Http1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_library_carries_the_body_across_a_handover_over_http2() {
+    body_follows_the_handover(HttpVersion::Http2).await;
 }
