@@ -207,17 +207,19 @@ impl Ctx {
             crate::netem::check()?;
         }
         let topology = Topology::load(&a.topology)?;
-        anyhow::ensure!(
-            topology.function(&a.function).is_some() || topology.functions.is_empty(),
-            "{}: no [[function]] {:?}; functions are {:?}",
-            topology.source,
-            a.function,
-            topology
-                .functions
-                .iter()
-                .map(|f| &f.name)
-                .collect::<Vec<_>>()
-        );
+        if topology.function(&a.function).is_none() && !topology.functions.is_empty() {
+            // The nodes may still serve it (a backend lists its own functions): warn only.
+            eprintln!(
+                "warning: {} has no [[function]] {:?} (it lists {:?})",
+                topology.source,
+                a.function,
+                topology
+                    .functions
+                    .iter()
+                    .map(|f| &f.name)
+                    .collect::<Vec<_>>()
+            );
+        }
         std::fs::create_dir_all(&a.out)
             .with_context(|| format!("cannot create {}", a.out.display()))?;
         let (topology, spawned) = if a.spawn {
