@@ -32,6 +32,8 @@ pub enum Command {
     Train(geofaas_scheduler::cli::TrainArgs),
     /// Compare scheduling policies on the same simulated workloads.
     Simulate(geofaas_scheduler::cli::SimulateArgs),
+    /// Reproduce the paper's experiments (mobility, highload, outage) against a topology.
+    Loadtest(geofaas_loadtest::cli::LoadtestArgs),
 }
 
 /// Arguments of `geofaas node`.
@@ -58,6 +60,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Simulate(args) => {
             tokio::task::spawn_blocking(move || geofaas_scheduler::cli::run_simulate(args)).await?
         }
+        Command::Loadtest(args) => geofaas_loadtest::cli::run(args).await,
     }
 }
 

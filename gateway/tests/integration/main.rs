@@ -9,6 +9,7 @@ mod handover;
 mod http2;
 mod idempotency;
 mod lifecycle;
+mod loadtest;
 mod offload;
 mod properties;
 mod router;

@@ -1,0 +1,358 @@
+//! [`GeoClient`]: the paper's GeoFaaS client over HTTPS.
+//!
+//! Each call carries `X-Client-Location`, goes to the cached node, follows a `307` handover
+//! (and caches the new node), and after a timeout or a connection failure is retried once at the
+//! cloud with `X-GeoFaaS-Retry: 1` (see [`crate::route`] for the rules). Every call returns a
+//! [`CallReport`]: who served it, whether it was offloaded, how many attempts and redirects it
+//! took, its status and latency.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use geofaas_config::{LatLon, Role, Topology};
+use reqwest::header::{HeaderMap, HeaderValue, LOCATION};
+use reqwest::{Method, StatusCode, Version};
+use url::Url;
+
+use crate::headers;
+use crate::route::{origin, Failure, RouteCache, Target};
+
+/// Most `307`s one call follows before it gives up (edge to cloud and back is two).
+const MAX_REDIRECTS: u32 = 4;
+
+/// Which HTTP version the client speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// HTTP/2, negotiated with ALPN (falls back to HTTP/1.1 if a server offers only that).
+    #[default]
+    Http2,
+    /// HTTP/1.1 only.
+    Http1,
+}
+
+/// How a [`GeoClient`] reaches the platform.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// First node to call (any node: a wrong one answers with a handover).
+    pub entry: Url,
+    /// The cloud node, where failed calls are retried.
+    pub cloud: Url,
+    /// PEM CA to trust besides the system roots (the platform's own CA).
+    pub ca_pem: Option<Vec<u8>>,
+    /// HTTP/2 (default) or HTTP/1.1.
+    pub http: HttpVersion,
+    /// Deadline of one attempt, connection set-up to the end of the body. Default 1 s.
+    pub timeout: Duration,
+    /// Retry once at the cloud after a timeout or a connection failure. Default true.
+    pub retry: bool,
+    /// After a node failed, go straight to the cloud for this long. Default 5 s.
+    pub fallback_ttl: Duration,
+}
+
+impl ClientConfig {
+    /// A client that enters at `entry` and retries at `cloud`, with the defaults.
+    pub fn new(entry: Url, cloud: Url) -> Self {
+        Self {
+            entry,
+            cloud,
+            ca_pem: None,
+            http: HttpVersion::Http2,
+            timeout: Duration::from_secs(1),
+            retry: true,
+            fallback_ttl: Duration::from_secs(5),
+        }
+    }
+
+    /// A client of `topology` entering at the node responsible for `location`.
+    pub fn for_topology(topology: &Topology, location: LatLon) -> anyhow::Result<Self> {
+        let map = topology.service_map()?;
+        let cloud = topology
+            .nodes
+            .iter()
+            .find(|n| n.role == Role::Cloud)
+            .context("the topology has no cloud node")?;
+        Ok(Self::new(
+            map.responsible(location).public_url.clone(),
+            cloud.public_url.clone(),
+        ))
+    }
+}
+
+/// One function call.
+#[derive(Clone, Debug, Default)]
+pub struct CallRequest {
+    /// Function name (`/fn/{function}`).
+    pub function: String,
+    /// Where the client is; sent as `X-Client-Location`.
+    pub location: Option<LatLon>,
+    /// Raw request body (the function's input). Empty by default.
+    pub body: bytes::Bytes,
+    /// Sent as `Idempotency-Key`, on the first attempt and the retry alike.
+    pub idempotency_key: Option<String>,
+}
+
+/// What happened to one call.
+#[derive(Clone, Debug)]
+pub struct CallReport {
+    /// `X-Served-By` of the final answer.
+    pub served_by: Option<String>,
+    /// `X-Offloaded-From` of the final answer: the edge that passed the call to the cloud.
+    pub offloaded_from: Option<String>,
+    /// Requests sent, not counting redirects followed: 1, or 2 when retried at the cloud.
+    pub attempts: u32,
+    /// `307` handovers followed.
+    pub redirects: u32,
+    /// HTTP status of the final answer; `None` when no attempt got one.
+    pub status: Option<StatusCode>,
+    /// From the call's start (its intended start in open-loop runs) to the end of the answer.
+    pub latency: Duration,
+    /// HTTP version of the final answer.
+    pub version: Option<Version>,
+    /// `Server-Timing` of the final answer.
+    pub server_timing: Option<String>,
+    /// The answer's body (the function's output).
+    pub body: bytes::Bytes,
+    /// Why the call failed, when it got no answer.
+    pub error: Option<String>,
+}
+
+impl CallReport {
+    /// Whether the call got a 2xx answer.
+    pub fn is_success(&self) -> bool {
+        self.status.is_some_and(|s| s.is_success())
+    }
+
+    /// Whether the call was retried at the cloud.
+    pub fn retried(&self) -> bool {
+        self.attempts > 1
+    }
+}
+
+/// A GeoFaaS client: one connection pool, one handover cache.
+///
+/// Share it between tasks (`Arc<GeoClient>`) for one moving client with calls in flight at once;
+/// make one per simulated device otherwise.
+#[derive(Debug)]
+pub struct GeoClient {
+    http: reqwest::Client,
+    route: Mutex<RouteCache>,
+    timeout: Duration,
+}
+
+enum Step {
+    Answer(Box<CallReport>),
+    Redirect(Url),
+    Failed(Failure, String),
+}
+
+impl GeoClient {
+    /// Builds the client (TLS roots, HTTP version) from `cfg`.
+    pub fn new(cfg: &ClientConfig) -> anyhow::Result<Self> {
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(cfg.timeout)
+            .pool_idle_timeout(Duration::from_secs(90));
+        if let Some(pem) = &cfg.ca_pem {
+            b = b.add_root_certificate(
+                reqwest::Certificate::from_pem(pem).context("the CA is not a PEM certificate")?,
+            );
+        }
+        if cfg.http == HttpVersion::Http1 {
+            b = b.http1_only();
+        }
+        Ok(Self {
+            http: b.build().context("building the HTTPS client")?,
+            route: Mutex::new(RouteCache::new(
+                &cfg.entry,
+                &cfg.cloud,
+                cfg.retry,
+                cfg.fallback_ttl,
+            )),
+            timeout: cfg.timeout,
+        })
+    }
+
+    /// The node the next call goes to (the handover cache).
+    pub fn cached_node(&self) -> Url {
+        self.route().current().clone()
+    }
+
+    /// Calls a function now.
+    pub async fn call(&self, req: &CallRequest) -> CallReport {
+        self.call_from(req, Instant::now()).await
+    }
+
+    /// Calls a function, counting latency from `start` (an open-loop schedule's intended send
+    /// time, so a late send is not hidden: no coordinated omission).
+    pub async fn call_from(&self, req: &CallRequest, start: Instant) -> CallReport {
+        let mut target = self.route().first_target(Instant::now());
+        let (mut attempts, mut redirects) = (1u32, 0u32);
+        loop {
+            let step = self.attempt(req, &target).await;
+            match step {
+                Step::Answer(mut report) => {
+                    self.route().on_answer(&target);
+                    report.attempts = attempts;
+                    report.redirects = redirects;
+                    report.latency = start.elapsed();
+                    return *report;
+                }
+                Step::Redirect(location) if redirects < MAX_REDIRECTS => {
+                    redirects += 1;
+                    let node = self.route().on_redirect(&location);
+                    // The node a handover names is responsible: no retry header there.
+                    target = Target {
+                        node,
+                        retry_header: false,
+                    };
+                }
+                Step::Redirect(location) => {
+                    return failed(
+                        attempts,
+                        redirects,
+                        start,
+                        format!("more than {MAX_REDIRECTS} redirects (last to {location})"),
+                    );
+                }
+                Step::Failed(kind, why) => {
+                    let retry = self
+                        .route()
+                        .on_failure(&target, attempts, kind, Instant::now());
+                    match retry {
+                        Some(next) => {
+                            tracing::debug!(node = %target.node, error = %why, "retrying at the cloud");
+                            attempts += 1;
+                            target = next;
+                        }
+                        None => return failed(attempts, redirects, start, why),
+                    }
+                }
+            }
+        }
+    }
+
+    fn route(&self) -> std::sync::MutexGuard<'_, RouteCache> {
+        // The cache holds plain data; a panic elsewhere cannot leave it half-updated.
+        self.route.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn attempt(&self, req: &CallRequest, target: &Target) -> Step {
+        let url = match target.node.join(&format!("fn/{}", req.function)) {
+            Ok(u) => u,
+            Err(e) => return Step::Failed(Failure::Client, format!("bad function name: {e}")),
+        };
+        let mut headers = HeaderMap::new();
+        if let Some(loc) = req.location {
+            headers.insert(
+                headers::CLIENT_LOCATION,
+                HeaderValue::from_str(&loc.to_string()).expect("numbers are header-safe"),
+            );
+        }
+        if target.retry_header {
+            headers.insert(headers::RETRY, HeaderValue::from_static("1"));
+        }
+        if let Some(key) = &req.idempotency_key {
+            match HeaderValue::from_str(key) {
+                Ok(v) => {
+                    headers.insert(headers::IDEMPOTENCY_KEY, v);
+                }
+                Err(_) => return Step::Failed(Failure::Client, "bad Idempotency-Key".into()),
+            }
+        }
+        let mut builder = self
+            .http
+            .request(Method::POST, url.clone())
+            .headers(headers)
+            .timeout(self.timeout);
+        if !req.body.is_empty() {
+            builder = builder.body(req.body.clone());
+        }
+        let resp = match builder.send().await {
+            Ok(r) => r,
+            Err(e) => return Step::Failed(classify(&e), error_chain(&e)),
+        };
+        if resp.status() == StatusCode::TEMPORARY_REDIRECT {
+            let location = resp
+                .headers()
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| url.join(v).ok());
+            return match location {
+                Some(l) => Step::Redirect(l),
+                None => Step::Failed(Failure::Client, "307 without a valid Location".into()),
+            };
+        }
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let served_by = header(headers::SERVED_BY);
+        let offloaded_from = header(headers::OFFLOADED_FROM);
+        let server_timing = header(headers::SERVER_TIMING);
+        let (status, version) = (resp.status(), resp.version());
+        match resp.bytes().await {
+            Ok(body) => Step::Answer(Box::new(CallReport {
+                served_by,
+                offloaded_from,
+                attempts: 0,
+                redirects: 0,
+                status: Some(status),
+                latency: Duration::ZERO,
+                version: Some(version),
+                server_timing,
+                body,
+                error: None,
+            })),
+            Err(e) => Step::Failed(classify(&e), error_chain(&e)),
+        }
+    }
+}
+
+fn failed(attempts: u32, redirects: u32, start: Instant, error: String) -> CallReport {
+    CallReport {
+        served_by: None,
+        offloaded_from: None,
+        attempts,
+        redirects,
+        status: None,
+        latency: start.elapsed(),
+        version: None,
+        server_timing: None,
+        body: bytes::Bytes::new(),
+        error: Some(error),
+    }
+}
+
+/// Sorts a reqwest error into the retry rules' classes.
+fn classify(e: &reqwest::Error) -> Failure {
+    if e.is_timeout() {
+        Failure::Timeout
+    } else if e.is_connect() {
+        Failure::Connect
+    } else if e.is_builder() || e.is_redirect() {
+        Failure::Client
+    } else {
+        // Request or body errors: the connection broke mid-call (e.g. the node was killed).
+        Failure::Transport
+    }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// The origin of a node's public URL, for comparing with [`GeoClient::cached_node`].
+pub fn node_origin(url: &Url) -> Url {
+    origin(url)
+}
