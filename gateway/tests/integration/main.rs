@@ -2,6 +2,7 @@
 
 mod activations;
 mod backends;
+mod chaos;
 mod cloud_only;
 mod cluster;
 mod errors;
