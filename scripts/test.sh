@@ -2,8 +2,8 @@
 # Installs what the tests need (Debian packages, the Python and npm test peers) and runs the
 # whole test suite. This is the README's test command and what CI (.ci/run) calls.
 #
-#   scripts/test.sh              # everything
-#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run`
+#   scripts/test.sh              # everything, then each fuzz target for 10 s
+#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run` (no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +25,13 @@ peer=functions-adapter/tests/peers/serverless
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "== cargo-nextest missing: running cargo test instead"
-  exec cargo test --workspace "$@"
+  cargo test --workspace "$@"
+else
+  cargo nextest run --workspace --no-fail-fast "$@"
 fi
-exec cargo nextest run --workspace --no-fail-fast "$@"
+
+# The whole suite (no arguments) also runs each libFuzzer target briefly (docs/security.md);
+# GEOFAAS_SKIP_FUZZ=1 leaves that out.
+if [ $# -eq 0 ] && [ "${GEOFAAS_SKIP_FUZZ:-0}" != 1 ]; then
+  scripts/fuzz.sh "${GEOFAAS_FUZZ_SECONDS:-10}"
+fi

@@ -262,6 +262,20 @@ fn readme_backend_snippets_parse() {
         .filter(|block| block.starts_with("[[node.backend]]"))
         .collect();
     assert_eq!(snippets.len(), 4, "one snippet per backend kind");
+    let auth: Vec<&str> = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|s| s.split_once("```").map(|(block, _)| block))
+        .filter(|block| block.starts_with("[[auth.key]]"))
+        .collect();
+    assert_eq!(auth.len(), 1, "the callers and limits snippet");
+    let t = Topology::parse(
+        &format!("{}\n[[node]]\nid = \"cloud\"\nrole = \"cloud\"\nlocation = {{ lat = 0, lon = 0 }}\npublic_url = \"https://cloud.example\"\nlisten = \"0.0.0.0:8443\"\n", auth[0]),
+        "README.md",
+        Path::new("."),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", auth[0]));
+    assert_eq!(t.limits.per_client_rps, 50.0);
     for snippet in snippets {
         let text = format!(
             "[[node]]\nid = \"cloud\"\nrole = \"cloud\"\nlocation = {{ lat = 0, lon = 0 }}\npublic_url = \"https://cloud.example\"\nlisten = \"0.0.0.0:8443\"\n{snippet}"
