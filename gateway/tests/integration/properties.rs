@@ -141,9 +141,11 @@ proptest! {
     }
 }
 
-/// `seg` percent-decoded, when it is one path segment of valid UTF-8.
+/// The function name `seg` gives (up to a `?` that starts the query), percent-decoded, when it
+/// is one path segment of valid UTF-8.
 fn percent_decoded(seg: &str) -> Option<String> {
-    if seg.contains('/') || seg.contains('?') || seg.contains('#') {
+    let seg = seg.split(['?', '#']).next().unwrap_or_default();
+    if seg.contains('/') {
         return None;
     }
     let bytes = seg.as_bytes();
