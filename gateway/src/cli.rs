@@ -104,6 +104,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         offload_secret: secret.map(String::into_bytes),
         ca_pem: Some(tls.ca_pem.clone().into_bytes()),
         locator,
+        probe_peers: true,
         metrics: crate::up::install_metrics(),
     };
     let listener = tokio::net::TcpListener::bind(node.listen)

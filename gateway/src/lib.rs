@@ -28,6 +28,7 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod offload;
+pub mod peers;
 pub mod routes;
 pub mod routing;
 pub mod schedule;

@@ -27,6 +27,9 @@ pub struct NodeOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// IP geolocation for clients that send no location header.
     pub locator: Option<Arc<dyn GeoLocator>>,
+    /// Probe the other nodes' `/readyz` and never hand a client over to one that is down
+    /// (`geofaas node` and `up` turn it on).
+    pub probe_peers: bool,
     /// The process-wide Prometheus handle (series not of one node, such as the co-hosted geo
     /// DNS), rendered at `/metrics` after the node's own.
     pub metrics: Option<PrometheusHandle>,
@@ -54,6 +57,8 @@ pub struct NodeState {
     pub key: Option<OffloadKey>,
     /// Callers' API keys.
     pub access: Access,
+    /// The other nodes' health, when probed ([`NodeOptions::probe_peers`]).
+    pub peers: Option<Arc<crate::peers::PeerHealth>>,
     /// Rate limits per client address and per key.
     pub limits: RateLimits,
     /// Calls waiting for an admission permit (at a node that cannot offload).
@@ -130,6 +135,21 @@ impl NodeState {
             None => None,
         };
         let id_header = HeaderValue::from_str(id)?;
+        let peers = if opts.probe_peers && tokio::runtime::Handle::try_current().is_ok() {
+            let mut client = reqwest::Client::builder();
+            if let Some(pem) = &opts.ca_pem {
+                client = client.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+            }
+            let interval = Duration::from_millis(topology.dns.probe_interval_ms.max(50));
+            Some(crate::peers::PeerHealth::start(
+                &map,
+                id,
+                client.build()?,
+                interval,
+            ))
+        } else {
+            None
+        };
         let access = Access::new(&topology.auth);
         if access.is_open() && before.is_none_or(|b| !b.access.is_open()) {
             tracing::warn!(
@@ -148,6 +168,7 @@ impl NodeState {
             scheduler,
             key,
             access,
+            peers,
             limits: RateLimits::new(&topology.limits),
             queued: Default::default(),
             locator: opts.locator.clone(),

@@ -130,6 +130,10 @@ async fn handle_call(
     let location = locate(&state, &parts.headers, client)?;
     let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
     let route = routing::decide(&state.map, &state.id, location, pinned);
+    let route = match &state.peers {
+        Some(peers) => peers.adjust(route, &state.map, &state.id),
+        None => route,
+    };
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
         state.metrics.handover(&target.id);

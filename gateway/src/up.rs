@@ -76,6 +76,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         offload_secret: Some(secret.to_vec()),
         ca_pem: Some(tls.ca_pem.clone().into_bytes()),
         locator: Some(locator),
+        probe_peers: true,
         metrics: install_metrics(),
     };
     let mut nodes = Vec::new();

@@ -27,6 +27,11 @@ impl Cluster {
 
     /// Starts the three nodes of the topology `text(ports)` writes for three bound ports.
     pub async fn start_with(text: impl FnOnce(&[u16]) -> String) -> Self {
+        Self::start_opts(text, false).await
+    }
+
+    /// Like [`Cluster::start_with`]; `probe_peers` turns on the nodes' peer health probes.
+    pub async fn start_opts(text: impl FnOnce(&[u16]) -> String, probe_peers: bool) -> Self {
         let listeners = [
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -44,6 +49,7 @@ impl Cluster {
         let opts = NodeOptions {
             offload_secret: Some(b"test secret".to_vec()),
             ca_pem: Some(tls.ca_pem.clone().into_bytes()),
+            probe_peers,
             ..Default::default()
         };
         let mut nodes = Vec::new();

@@ -89,3 +89,57 @@ async fn without_a_location_the_receiving_node_serves() {
     assert_eq!(c.get("cloud", "/readyz", None).await.status(), 200);
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_neighbour_is_never_a_handover_target_its_clients_go_to_the_cloud() {
+    let mut c = Cluster::start_opts(
+        |ports| {
+            crate::cluster::topology_text(ports, 1 << 20).replacen(
+                "ttl_s = 30",
+                "ttl_s = 30\nprobe_interval_ms = 100",
+                1,
+            )
+        },
+        true,
+    )
+    .await;
+    let potsdam = c.url("potsdam");
+    let resp = c.get("tu-berlin", "/fn/sieve", Some(POTSDAM)).await;
+    assert_eq!(
+        resp.headers()["location"],
+        format!("{potsdam}/fn/sieve").as_str()
+    );
+    let i = c
+        .nodes
+        .iter()
+        .position(|n| n.state.id == "potsdam")
+        .unwrap();
+    c.nodes.remove(i).shutdown().await.unwrap();
+    // Within a few probe intervals the edge stops sending Potsdam clients to potsdam.
+    let mut location = String::new();
+    for _ in 0..100 {
+        let resp = c.get("tu-berlin", "/fn/sieve", Some(POTSDAM)).await;
+        location = resp.headers()["location"].to_str().unwrap().to_owned();
+        if !location.starts_with(&potsdam) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(location, format!("{}/fn/sieve", c.url("cloud")));
+    // The cloud serves them itself instead of handing them back to the dead edge.
+    let resp = c.get("cloud", "/fn/sieve", Some(POTSDAM)).await;
+    let mut status = resp.status().as_u16();
+    for _ in 0..100 {
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        status = c
+            .get("cloud", "/fn/sieve", Some(POTSDAM))
+            .await
+            .status()
+            .as_u16();
+    }
+    assert_eq!(status, 200);
+    c.stop().await;
+}

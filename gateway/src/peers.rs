@@ -1,0 +1,86 @@
+//! The other nodes' health as this gateway sees it: each one's `/readyz`, probed every
+//! `dns.probe_interval_ms` (the probes the geo DNS runs), so that a handover never sends a
+//! client to a node known to be dead. A dead edge's area goes to the cloud until it answers
+//! again; the cloud serves a dead edge's clients itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use geofaas_config::{NodeEntry, ServiceMap};
+use geofaas_dns::HealthTable;
+use tokio::task::JoinSet;
+
+use crate::routing::Route;
+
+/// Probed health of the other nodes.
+#[derive(Debug)]
+pub struct PeerHealth {
+    table: HealthTable,
+    _probes: JoinSet<()>,
+}
+
+impl PeerHealth {
+    /// Probes every node of `map` but `me` with `client` (which trusts the platform CA).
+    pub fn start(
+        map: &ServiceMap,
+        me: &str,
+        client: reqwest::Client,
+        interval: Duration,
+    ) -> Arc<Self> {
+        let peers: Vec<&NodeEntry> = map.nodes().iter().filter(|n| n.id != me).collect();
+        let table = HealthTable::new(peers.iter().map(|n| n.id.clone()));
+        let mut probes = JoinSet::new();
+        for (i, node) in peers.iter().enumerate() {
+            let Ok(readyz) = node.public_url.join("/readyz") else {
+                continue;
+            };
+            let (client, table, id) = (client.clone(), table.clone(), node.id.clone());
+            probes.spawn(async move {
+                let mut ticks = tokio::time::interval(interval);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    let probe = client
+                        .get(readyz.clone())
+                        .timeout(interval.mul_f64(0.75))
+                        .send()
+                        .await;
+                    let ok = matches!(&probe, Ok(r) if r.status().is_success());
+                    if table.set_index(i, ok) != ok {
+                        if ok {
+                            tracing::info!(node = %id, "peer ready again: handovers to it resume");
+                        } else {
+                            tracing::warn!(node = %id, "peer not ready: its clients go to the cloud");
+                        }
+                    }
+                }
+            });
+        }
+        Arc::new(Self {
+            table,
+            _probes: probes,
+        })
+    }
+
+    /// Whether `node` answered its last probe.
+    pub fn is_up(&self, node: &str) -> bool {
+        self.table.is_healthy_id(node)
+    }
+
+    /// `route` with a dead handover target replaced: an edge hands the client to the cloud, the
+    /// cloud serves it.
+    pub fn adjust<'a>(&self, route: Route<'a>, map: &'a ServiceMap, me: &str) -> Route<'a> {
+        match route {
+            Route::Handover(target) if !self.table.is_healthy_id(&target.id) => {
+                let cloud = map.cloud();
+                if cloud.id == me || cloud.id == target.id {
+                    Route::Serve
+                } else {
+                    tracing::debug!(dead = %target.id, "handover target is down: sending the client to the cloud");
+                    Route::Handover(cloud)
+                }
+            }
+            other => other,
+        }
+    }
+}
