@@ -34,6 +34,7 @@ use crate::route::{Ranking, Router};
 
 mod answer;
 mod fast;
+mod local;
 mod metrics;
 mod wire;
 
@@ -131,6 +132,8 @@ pub struct GeoHandler {
     cache: moka::sync::Cache<NetKey, Ranking>,
     metrics: Metrics,
     hot: HotTemplates,
+    /// Process-unique, the key of this handler's entries in the per-thread caches (`local`).
+    id: u64,
 }
 
 impl std::fmt::Debug for GeoHandler {
@@ -207,6 +210,7 @@ impl GeoHandler {
             cache: moka::sync::Cache::new(CACHE_ENTRIES),
             metrics,
             hot: HotTemplates::default(),
+            id: local::next_id(),
         };
         handler.hot = handler.build_templates(&gw)?;
         Ok(handler)
@@ -221,24 +225,26 @@ impl GeoHandler {
         let Some(geo) = &self.geo else {
             return (self.router.pick(&[], &self.health), 0);
         };
-        let located = geo.locate_with(
+        let miss = || match geo.locate_with(
             ip,
             |net| self.cache.get(net),
             |loc| self.router.ranking(loc),
-        );
-        match located {
+        ) {
             Ok((net, ranking, built)) => {
                 if built {
                     self.cache.insert(net, ranking.clone());
                 }
-                let scope = if from_ecs { net.1 } else { 0 };
-                (self.router.pick(&ranking, &self.health), scope)
+                (Some(net.1), ranking)
             }
             Err(e) => {
                 tracing::debug!(%ip, error = %e, "client not located");
-                (self.router.pick(&[], &self.health), 0)
+                (None, Ranking::from([]))
             }
-        }
+        };
+        local::with(self.id, ip, miss, |prefix, ranking| {
+            let scope = if from_ecs { prefix.unwrap_or(0) } else { 0 };
+            (self.router.pick(ranking, &self.health), scope)
+        })
     }
 
     /// Works out the answer to a decoded, single-question query.
