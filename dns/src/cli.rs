@@ -33,6 +33,10 @@ pub struct DnsArgs {
     /// UDP engine: `batched` (recvmmsg/sendmmsg, default on Linux) or `hickory` (hickory-server's loop).
     #[arg(long, value_enum, default_value_t = UdpEngine::default())]
     pub udp_engine: UdpEngine,
+    /// UDP sockets of the batched engine, each with its own thread, on the same port with
+    /// `SO_REUSEPORT`. Default: the number of CPUs this process may run on.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub udp_sockets: Option<u16>,
 }
 
 /// Loads the topology and serves until Ctrl-C.
@@ -55,6 +59,7 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
             HealthMode::Probe
         },
         udp: args.udp_engine,
+        udp_sockets: args.udp_sockets.map(usize::from),
     };
     let shutdown = async {
         if tokio::signal::ctrl_c().await.is_err() {

@@ -5,18 +5,25 @@
 //! address). Other names in the zone are NXDOMAIN, names outside it REFUSED, and recursion is never
 //! offered. A hickory zone handler cannot set the ECS scope of a response, so this handler answers
 //! everything itself instead of delegating to a `Catalog`: the zone is a handful of precomputed records.
+//!
+//! Over UDP the hot query (`gw.<zone>` A/AAAA, with or without ECS) takes a fast path
+//! ([`GeoHandler::answer_fast`]) that parses the datagram in place and answers from a wire template per
+//! node and record type, built at start by this handler's own hickory encoding; everything else goes
+//! through hickory's decoder and encoder ([`GeoHandler::answer_hickory`]). Both give the same bytes.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use hickory_server::net::runtime::Time;
+use hickory_server::net::xfer::Protocol;
 use hickory_server::proto::op::{
     Edns, Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode,
 };
 use hickory_server::proto::rr::rdata::opt::{ClientSubnet as HickorySubnet, EdnsOption};
 use hickory_server::proto::rr::rdata::{A, AAAA, NS, SOA};
 use hickory_server::proto::rr::{DNSClass, LowerName, Name, RData, Record, RecordType};
+use hickory_server::proto::serialize::binary::BinEncodable;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 
@@ -26,7 +33,10 @@ use crate::health::HealthTable;
 use crate::route::{Ranking, Router};
 
 mod answer;
+mod fast;
+mod local;
 mod metrics;
+mod wire;
 
 use answer::Answer;
 use metrics::Metrics;
@@ -98,6 +108,15 @@ impl AddrRecords {
     }
 }
 
+/// The fast path's data: the hot name and the response templates.
+#[derive(Debug, Default)]
+struct HotTemplates {
+    /// `gw.<zone>` in wire format, lower case.
+    qname: Box<[u8]>,
+    /// Per node, the responses for A and for AAAA (see `build_templates`); `None` if one would not fit.
+    templates: Vec<[Option<Box<[u8]>>; 2]>,
+}
+
 /// Answers the topology's zone; see the module docs.
 pub struct GeoHandler {
     zone: LowerName,
@@ -112,6 +131,9 @@ pub struct GeoHandler {
     geo: Option<GeoDb>,
     cache: moka::sync::Cache<NetKey, Ranking>,
     metrics: Metrics,
+    hot: HotTemplates,
+    /// Process-unique, the key of this handler's entries in the per-thread caches (`local`).
+    id: u64,
 }
 
 impl std::fmt::Debug for GeoHandler {
@@ -174,7 +196,7 @@ impl GeoHandler {
             None => (None, None),
         };
         let metrics = Metrics::new(router.nodes());
-        Ok(Self {
+        let mut handler = Self {
             zone: LowerName::new(&apex),
             names,
             soa: Record::from_rdata(apex.clone(), ttl, RData::SOA(soa)),
@@ -187,7 +209,11 @@ impl GeoHandler {
             geo,
             cache: moka::sync::Cache::new(CACHE_ENTRIES),
             metrics,
-        })
+            hot: HotTemplates::default(),
+            id: local::next_id(),
+        };
+        handler.hot = handler.build_templates(&gw)?;
+        Ok(handler)
     }
 
     /// The node `gw.<zone>` gives this client, and the ECS scope prefix of that answer.
@@ -199,24 +225,26 @@ impl GeoHandler {
         let Some(geo) = &self.geo else {
             return (self.router.pick(&[], &self.health), 0);
         };
-        let located = geo.locate_with(
+        let miss = || match geo.locate_with(
             ip,
             |net| self.cache.get(net),
             |loc| self.router.ranking(loc),
-        );
-        match located {
+        ) {
             Ok((net, ranking, built)) => {
                 if built {
                     self.cache.insert(net, ranking.clone());
                 }
-                let scope = if from_ecs { net.1 } else { 0 };
-                (self.router.pick(&ranking, &self.health), scope)
+                (Some(net.1), ranking)
             }
             Err(e) => {
                 tracing::debug!(%ip, error = %e, "client not located");
-                (self.router.pick(&[], &self.health), 0)
+                (None, Ranking::from([]))
             }
-        }
+        };
+        local::with(self.id, ip, miss, |prefix, ranking| {
+            let scope = if from_ecs { prefix.unwrap_or(0) } else { 0 };
+            (self.router.pick(ranking, &self.health), scope)
+        })
     }
 
     /// Works out the answer to a decoded, single-question query.
@@ -249,45 +277,27 @@ impl GeoHandler {
         };
         Answer::records(record, &self.soa, 0)
     }
-}
 
-#[async_trait::async_trait]
-impl RequestHandler for GeoHandler {
-    async fn handle_request<R: ResponseHandler, T: Time>(
+    /// Encodes `answer` to `request` and hands it to `response_handle`, echoing `ecs` with the
+    /// answer's scope when the request has EDNS. The one place responses are built: the fast path's
+    /// templates come from here too.
+    async fn send<R: ResponseHandler>(
         &self,
         request: &Request,
+        ecs: Option<&ClientSubnet>,
+        answer: Answer<'_>,
         mut response_handle: R,
     ) -> ResponseInfo {
-        let mut edns = request.edns.as_ref().map(|_| {
+        let edns = request.edns.as_ref().map(|_| {
             let mut e = Edns::new();
             e.set_max_payload(MAX_PAYLOAD);
+            if let Some(ecs) = ecs {
+                let mut echo = HickorySubnet::new(ecs.addr, ecs.source_prefix, answer.scope);
+                echo.set_scope_prefix(answer.scope);
+                e.options_mut().insert(EdnsOption::Subnet(echo));
+            }
             e
         });
-        let ecs = match request.edns.as_ref() {
-            Some(_) => find_client_subnet(request.as_slice()),
-            None => Ok(None),
-        };
-        let answer = if request.metadata.message_type != MessageType::Query
-            || request.metadata.op_code != OpCode::Query
-        {
-            Answer::error(ResponseCode::NotImp)
-        } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
-            Answer::error(ResponseCode::BADVERS)
-        } else {
-            match &ecs {
-                Err(e) => {
-                    tracing::debug!(src = %request.src(), error = %e, "FORMERR: bad ECS option");
-                    Answer::error(ResponseCode::FormErr)
-                }
-                Ok(ecs) => self.answer(request, ecs.as_ref()),
-            }
-        };
-        if let (Some(edns), Ok(Some(ecs))) = (edns.as_mut(), &ecs) {
-            let mut echo = HickorySubnet::new(ecs.addr, ecs.source_prefix, answer.scope);
-            echo.set_scope_prefix(answer.scope);
-            edns.options_mut().insert(EdnsOption::Subnet(echo));
-        }
-        self.metrics.rcode(answer.rcode);
         let mut metadata = Metadata::response_from_request(&request.metadata);
         metadata.authoritative = answer.rcode != ResponseCode::Refused;
         metadata.response_code = answer.rcode;
@@ -307,6 +317,123 @@ impl RequestHandler for GeoHandler {
                 })
             }
         }
+    }
+
+    /// Answers the UDP datagram `raw` from `src` into `out`: through the fast path when it is the hot
+    /// query, else through hickory's decoder, this handler and hickory's encoder. Returns `false` when
+    /// nothing is to be sent (shorter than a header, or a response).
+    pub fn answer_udp(&self, raw: &[u8], src: SocketAddr, out: &mut Vec<u8>) -> bool {
+        if raw.get(2).is_some_and(|flags| flags & 0x80 != 0) {
+            return false;
+        }
+        if self.answer_fast(raw, src, out) {
+            return true;
+        }
+        match self.answer_hickory(raw, src) {
+            Some(bytes) => {
+                *out = bytes;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The fast path alone (see the module docs): writes the response into `out` and
+    /// returns `true` when `raw` is the hot query (`gw.<zone>` A/AAAA, class IN, one question, at most
+    /// an OPT record with a valid ECS option), `false` without touching `out` for anything else.
+    pub fn answer_fast(&self, raw: &[u8], src: SocketAddr, out: &mut Vec<u8>) -> bool {
+        let Some(q) = fast::parse(raw, &self.hot.qname) else {
+            return false;
+        };
+        let (node, scope) = self.choose(src.ip(), q.ecs());
+        let Some(template) = self
+            .hot
+            .templates
+            .get(node)
+            .and_then(|t| t[usize::from(q.aaaa)].as_deref())
+        else {
+            return false;
+        };
+        self.metrics.answered(node);
+        self.metrics.rcode(ResponseCode::NoError);
+        fast::write(out, template, &q, scope);
+        true
+    }
+
+    /// The hickory path alone, what every query took before the fast path: the response to `raw` from
+    /// `src`, or `None` to stay silent. The differential tests compare the fast path against it.
+    pub fn answer_hickory(&self, raw: &[u8], src: SocketAddr) -> Option<Vec<u8>> {
+        wire::answer_with_hickory(self, raw, src)
+    }
+
+    /// Builds the fast path's templates: for each node and A/AAAA, the response hickory's path gives to
+    /// the canonical query for `gw.<zone>` (id 0, no flags, no EDNS) when that node is chosen.
+    fn build_templates(&self, gw: &Name) -> Result<HotTemplates, crate::DnsError> {
+        let qname = gw
+            .to_lowercase()
+            .to_bytes()
+            .map_err(|e| crate::DnsError::Topology(format!("gw name: {e}")))?;
+        let src = SocketAddr::from(([0, 0, 0, 0], 0));
+        let template = |node: &AddrRecords, rtype: RecordType| {
+            let mut query = vec![0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            query.extend_from_slice(&qname);
+            query.extend_from_slice(&u16::from(rtype).to_be_bytes());
+            query.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+            let request = Request::from_bytes(query, src, Protocol::Udp).ok()?;
+            let capture = wire::Capture::default();
+            let answer = Answer::records(node.get(rtype), &self.soa, 0);
+            wire::block_on(self.send(&request, None, answer, capture.clone()));
+            capture
+                .take()
+                .filter(|t| fast::fits(t))
+                .map(Vec::into_boxed_slice)
+        };
+        let templates = self
+            .gateway
+            .iter()
+            .map(|n| [template(n, RecordType::A), template(n, RecordType::AAAA)])
+            .collect();
+        Ok(HotTemplates {
+            qname: qname.into_boxed_slice(),
+            templates,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl RequestHandler for GeoHandler {
+    async fn handle_request<R: ResponseHandler, T: Time>(
+        &self,
+        request: &Request,
+        response_handle: R,
+    ) -> ResponseInfo {
+        let ecs = match request.edns.as_ref() {
+            Some(_) => find_client_subnet(request.as_slice()),
+            None => Ok(None),
+        };
+        let answer = if request.metadata.message_type != MessageType::Query
+            || request.metadata.op_code != OpCode::Query
+        {
+            Answer::error(ResponseCode::NotImp)
+        } else if request.edns.as_ref().is_some_and(|e| e.version() > 0) {
+            Answer::error(ResponseCode::BADVERS)
+        } else {
+            match &ecs {
+                Err(e) => {
+                    tracing::debug!(src = %request.src(), error = %e, "FORMERR: bad ECS option");
+                    Answer::error(ResponseCode::FormErr)
+                }
+                Ok(ecs) => self.answer(request, ecs.as_ref()),
+            }
+        };
+        self.metrics.rcode(answer.rcode);
+        self.send(
+            request,
+            ecs.ok().flatten().as_ref(),
+            answer,
+            response_handle,
+        )
+        .await
     }
 }
 

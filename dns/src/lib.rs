@@ -8,9 +8,15 @@
 //!
 //! Modules: [`geoip`] reads the database, [`mod@route`] ranks the nodes for a location, [`health`]
 //! tracks and probes gateway readiness, [`ecs`] validates the ECS option (RFC 7871), [`handler`] answers
-//! queries on hickory-server, [`server`] binds and runs it (TCP on hickory's `Server`, UDP by default through
-//! the batched `recvmmsg`/`sendmmsg` loop in `udp_batch`, Linux only), [`cli`] is `geofaas dns`, and
+//! queries on hickory-server, [`server`] binds and runs it (TCP on hickory's `Server`; UDP by default on
+//! `udp_batch`: one thread per `SO_REUSEPORT` socket, one socket per CPU unless `--udp-sockets` says
+//! otherwise, each with a batched `recvmmsg`/`sendmmsg` loop; Linux only), [`cli`] is `geofaas dns`, and
 //! [`demo`] writes the demo database `geofaas up` uses.
+//!
+//! The hot query over UDP, `gw.<zone>` A/AAAA with or without ECS, skips hickory's message types: it is
+//! parsed in place and answered from a wire template per node and record type that hickory's encoder
+//! produced at start ([`GeoHandler::answer_fast`]); every other query, and TCP, takes hickory's decoder
+//! and encoder ([`GeoHandler::answer_hickory`]). Differential tests hold the two to the same bytes.
 //!
 //! Metrics (through the `metrics` facade): `geofaas_dns_queries_total{rcode}` and
 //! `geofaas_dns_gateway_answers_total{node}`.

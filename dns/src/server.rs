@@ -41,7 +41,8 @@ pub enum HealthMode {
 /// How UDP queries are read and answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum UdpEngine {
-    /// `recvmmsg`/`sendmmsg` batches of up to 32 queries through the same handler. Default on Linux.
+    /// One thread per `SO_REUSEPORT` socket ([`DnsOptions::udp_sockets`]), each with `recvmmsg`/`sendmmsg`
+    /// batches of up to 32 queries, the hot query on the fast path. Default on Linux.
     #[cfg_attr(target_os = "linux", default)]
     Batched,
     /// hickory-server's own UDP loop: one task and two syscalls per query. Default elsewhere.
@@ -62,6 +63,9 @@ pub struct DnsOptions {
     pub health: HealthMode,
     /// UDP engine. Default: [`UdpEngine::Batched`] on Linux.
     pub udp: UdpEngine,
+    /// UDP sockets (and threads) of the batched engine, all on the listen address with
+    /// `SO_REUSEPORT`. Default (`None`): one per CPU this process may run on.
+    pub udp_sockets: Option<usize>,
 }
 
 /// A ready-to-run server.
@@ -72,6 +76,7 @@ pub struct DnsServer {
     probe: Option<Probe>,
     listen: SocketAddr,
     udp: UdpEngine,
+    udp_sockets: Option<usize>,
 }
 
 /// Lets hickory's [`Server`] (TCP) and the batched UDP loop share one handler.
@@ -148,6 +153,7 @@ impl DnsServer {
             probe,
             listen,
             udp: opts.udp,
+            udp_sockets: opts.udp_sockets,
         })
     }
 
@@ -161,18 +167,29 @@ impl DnsServer {
         self.listen
     }
 
-    /// Binds UDP and TCP on the configured listen address.
+    /// Binds UDP (with `SO_REUSEPORT` on Linux, so that [`DnsServer::run`] can add sockets on the same
+    /// port) and TCP on the configured listen address.
     pub async fn bind(&self) -> Result<(UdpSocket, TcpListener), DnsError> {
         let io = |source| DnsError::Io {
             addr: self.listen.to_string(),
             source,
         };
+        #[cfg(target_os = "linux")]
+        let udp = crate::udp_batch::bind_reuseport(self.listen)
+            .and_then(|s| {
+                s.set_nonblocking(true)?;
+                UdpSocket::from_std(s)
+            })
+            .map_err(io)?;
+        #[cfg(not(target_os = "linux"))]
         let udp = UdpSocket::bind(self.listen).await.map_err(io)?;
         let tcp = TcpListener::bind(self.listen).await.map_err(io)?;
         Ok((udp, tcp))
     }
 
-    /// Serves `udp` and `tcp` until `shutdown` resolves, probing gateways meanwhile (unless manual).
+    /// Serves `udp` and `tcp` until `shutdown` resolves, probing gateways meanwhile (unless manual). With
+    /// the batched engine, `udp` is joined by more sockets on its port when it was bound with
+    /// `SO_REUSEPORT` (as [`DnsServer::bind`] does), up to [`DnsOptions::udp_sockets`].
     pub async fn run(
         self,
         udp: UdpSocket,
@@ -191,11 +208,21 @@ impl DnsServer {
         let local = udp.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let handler = Arc::new(self.handler);
         let mut server = Server::new(SharedHandler(handler.clone()));
-        let _udp_task = match self.udp {
+        #[cfg(target_os = "linux")]
+        let io = |source| DnsError::Io {
+            addr: local.clone(),
+            source,
+        };
+        let _udp_threads: Option<UdpGuard> = match self.udp {
             #[cfg(target_os = "linux")]
-            UdpEngine::Batched => Some(AbortOnDrop(tokio::spawn(crate::udp_batch::serve_udp(
-                udp, handler,
-            )))),
+            UdpEngine::Batched => {
+                let first = udp.into_std().map_err(io)?;
+                let count = self.udp_sockets.unwrap_or_else(cpus).max(1);
+                let mut sockets = crate::udp_batch::join(&first, count - 1).map_err(io)?;
+                sockets.insert(0, first);
+                tracing::info!(sockets = sockets.len(), "batched UDP engine");
+                Some(crate::udp_batch::spawn(sockets, handler.clone()).map_err(io)?)
+            }
             _ => {
                 server.register_socket(udp);
                 None
@@ -213,13 +240,16 @@ impl DnsServer {
     }
 }
 
-/// Aborts the batched UDP loop when the server stops.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+/// Stops the batched engine's threads when dropped.
+#[cfg(target_os = "linux")]
+type UdpGuard = crate::udp_batch::UdpThreads;
+#[cfg(not(target_os = "linux"))]
+type UdpGuard = ();
 
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// CPUs this process may run on (its affinity mask), the default number of UDP sockets.
+#[cfg(target_os = "linux")]
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Runs the geo DNS server for `topology` on its configured (or overridden) address until `shutdown`

@@ -5,6 +5,7 @@
 
 mod answers;
 mod cli_tools;
+mod fast_path;
 mod formerr;
 mod health;
 mod support;

@@ -81,7 +81,11 @@ impl Drop for TestServer {
 /// Binds UDP on an ephemeral port of 127.0.0.1 and TCP on the same port.
 pub async fn bind_pair() -> (UdpSocket, TcpListener) {
     for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.expect("bind udp");
+        // With SO_REUSEPORT, as the server binds, so that the batched engine adds a second socket.
+        let udp = geofaas_dns::udp_batch::bind_reuseport(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("bind udp");
+        udp.set_nonblocking(true).expect("nonblocking");
+        let udp = UdpSocket::from_std(udp).expect("tokio socket");
         let addr = udp.local_addr().expect("udp addr");
         if let Ok(tcp) = TcpListener::bind(addr).await {
             return (udp, tcp);
@@ -115,6 +119,7 @@ pub async fn start_with(
         listen: None,
         health,
         udp,
+        udp_sockets: Some(2),
     };
     let server = DnsServer::new(&topo, opts).expect("server builds");
     let health = server.health();
