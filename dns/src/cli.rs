@@ -7,7 +7,7 @@ use anyhow::Context;
 use geofaas_config::Topology;
 
 use crate::health::HealthTable;
-use crate::server::{serve, DnsOptions, HealthMode, UdpEngine};
+use crate::server::{DnsOptions, DnsServer, HealthMode, UdpEngine};
 
 /// Flags of `geofaas dns`.
 #[derive(Clone, Debug, clap::Args)]
@@ -39,17 +39,57 @@ pub struct DnsArgs {
     pub udp_sockets: Option<u16>,
 }
 
-/// Loads the topology and serves until Ctrl-C.
+/// Loads the topology and serves until Ctrl-C or SIGTERM.
+///
+/// On SIGHUP the topology file is read again. A valid one replaces the running server: the
+/// sockets are closed and bound again (a gap of milliseconds, which resolvers cover with their
+/// retries) and the health probes start afresh. An invalid one is logged with its reason and
+/// the running server keeps answering.
 pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
-    let topology = Topology::load(&args.config)?;
-    let mut mmdb = args.mmdb;
-    if let Some(path) = args.demo_mmdb {
-        crate::demo::write_demo_mmdb(&path)?;
-        mmdb = Some(path);
+    let mut mmdb = args.mmdb.clone();
+    if let Some(path) = &args.demo_mmdb {
+        crate::demo::write_demo_mmdb(path)?;
+        mmdb = Some(path.clone());
     }
-    let opts = DnsOptions {
+    let context = || format!("geo DNS for {}", args.config.display());
+    let build = |mmdb: Option<PathBuf>| -> anyhow::Result<DnsServer> {
+        let topology = Topology::load(&args.config)?;
+        Ok(DnsServer::new(&topology, options(&args, mmdb, &topology))?)
+    };
+    let mut server = build(mmdb.clone()).with_context(context)?;
+    let mut reloads = Signals::hangup();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        let (udp, tcp) = server.bind().await.with_context(context)?;
+        let (end, ended) = tokio::sync::oneshot::channel::<()>();
+        let mut running = tokio::spawn(server.run(udp, tcp, async move {
+            let _ = ended.await;
+        }));
+        let next = loop {
+            tokio::select! {
+                () = &mut stop => {
+                    let _ = end.send(());
+                    return running.await?.with_context(context);
+                }
+                ended = &mut running => return ended?.with_context(context),
+                () = reloads.next() => match build(mmdb.clone()) {
+                    Ok(next) => break next,
+                    Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: topology refused; the running one stays"),
+                },
+            }
+        };
+        let _ = end.send(());
+        running.await?.with_context(context)?;
+        tracing::info!(file = %args.config.display(), "SIGHUP: topology reloaded");
+        server = next;
+    }
+}
+
+fn options(args: &DnsArgs, mmdb: Option<PathBuf>, topology: &Topology) -> DnsOptions {
+    DnsOptions {
         mmdb,
-        ca_pem: args.ca,
+        ca_pem: args.ca.clone(),
         listen: args.listen,
         health: if args.no_health_checks {
             HealthMode::Manual(HealthTable::new(
@@ -60,13 +100,41 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
         },
         udp: args.udp_engine,
         udp_sockets: args.udp_sockets.map(usize::from),
-    };
-    let shutdown = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+    }
+}
+
+/// SIGHUP deliveries (none where there are no Unix signals).
+struct Signals(Option<tokio::signal::unix::Signal>);
+
+impl Signals {
+    fn hangup() -> Self {
+        Self(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok())
+    }
+
+    async fn next(&mut self) {
+        match &mut self.0 {
+            Some(s) => {
+                if s.recv().await.is_none() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
         }
     };
-    serve(&topology, opts, shutdown)
-        .await
-        .with_context(|| format!("geo DNS for {}", args.config.display()))
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => if r.is_err() { std::future::pending::<()>().await },
+        () = term => {},
+    }
 }
