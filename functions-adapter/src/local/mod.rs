@@ -3,7 +3,9 @@
 //!
 //! - `python3` (`fn.py` with `fn(input, headers) -> str`) and `nodejs` (a module exporting
 //!   `(req, res) => res.send(str)`) run in long-lived workers started from small bootstrap
-//!   scripts embedded in this crate; a cold start is a real process start plus the import.
+//!   scripts embedded in this crate. A new `python3` instance is forked from a per-function fork
+//!   server that has already imported the function (`fork.rs`; `fork_server = false` starts the
+//!   interpreter each time); a new `nodejs` instance is a process start plus the import.
 //! - `binary` (`fn.sh`, stdin → stdout) runs one process per call; see `binary.rs` for what
 //!   "warm" means there.
 //!
@@ -18,6 +20,7 @@
 
 mod binary;
 mod error;
+mod fork;
 mod pool;
 mod proc;
 mod spec;
@@ -96,14 +99,24 @@ impl LocalRuntime {
             node_bootstrap: write_script(scripts.path(), "worker.js", NODE_BOOTSTRAP)?,
             memory_limit_mb: cfg.memory_limit_mb,
             max_output_bytes: cfg.max_output_bytes,
+            fork_server: cfg.fork_server,
         });
         let keep_alive = Duration::from_secs(cfg.keep_alive_s);
         let mut functions = HashMap::new();
         for spec in specs {
+            let spec_arc = Arc::new(spec.clone());
+            let fork = (launch.fork_server && spec.runtime == Runtime::Python3).then(|| {
+                Arc::new(fork::ForkServer::new(
+                    spec_arc.clone(),
+                    Arc::clone(&launch),
+                    scripts.path(),
+                ))
+            });
             let manager = WorkerManager {
-                spec: Arc::new(spec.clone()),
+                spec: spec_arc,
                 launch: Arc::clone(&launch),
                 keep_alive,
+                fork,
             };
             let pool = pool::build(manager, cfg.max_instances).map_err(LocalError::Config)?;
             tracing::info!(function = %spec.name, runtime = %spec.runtime, dir = %spec.dir.display(), "local function");

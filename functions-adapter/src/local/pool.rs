@@ -54,6 +54,8 @@ pub(crate) struct WorkerManager {
     pub spec: Arc<FunctionSpec>,
     pub launch: Arc<Launch>,
     pub keep_alive: Duration,
+    /// Where new Python instances are forked from, when enabled.
+    pub fork: Option<Arc<super::fork::ForkServer>>,
 }
 
 impl managed::Manager for WorkerManager {
@@ -62,7 +64,7 @@ impl managed::Manager for WorkerManager {
 
     async fn create(&self) -> Result<Worker, StartError> {
         GetContext::admit();
-        let worker = Worker::start(&self.spec, &self.launch).await?;
+        let worker = Worker::start(&self.spec, &self.launch, self.fork.as_deref()).await?;
         tracing::debug!(function = %self.spec.name, pid = ?worker.pid(), "instance started");
         Ok(worker)
     }
@@ -76,7 +78,7 @@ impl managed::Manager for WorkerManager {
             return Err(RecycleError::message("keep-alive expired"));
         }
         if force_new {
-            let fresh = Worker::start(&self.spec, &self.launch).await?;
+            let fresh = Worker::start(&self.spec, &self.launch, self.fork.as_deref()).await?;
             tracing::debug!(
                 function = %self.spec.name,
                 old = ?worker.pid(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
-use tokio::process::{ChildStderr, Command};
+use tokio::process::Command;
 use tokio::task::JoinHandle;
 
 /// How much of a process's stderr is kept for error messages.
@@ -82,7 +82,11 @@ pub(crate) struct StderrTail {
 
 impl StderrTail {
     /// Starts reading `stderr` of the process `pid` running `function`.
-    pub(crate) fn capture(mut stderr: ChildStderr, function: Arc<str>, pid: u32) -> Self {
+    pub(crate) fn capture(
+        mut stderr: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+        function: Arc<str>,
+        pid: u32,
+    ) -> Self {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
         let task = tokio::spawn(async move {

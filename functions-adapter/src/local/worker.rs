@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 
 use super::proc::{self, StderrTail};
 use super::spec::{FunctionSpec, Runtime};
@@ -18,7 +18,7 @@ use crate::InvokeError;
 
 const KIND_OUTPUT: u8 = 0;
 const KIND_RAISED: u8 = 1;
-const KIND_READY: u8 = 2;
+pub(super) const KIND_READY: u8 = 2;
 const KIND_INIT_FAILED: u8 = 3;
 const KIND_RETIRE: u8 = 4;
 /// Largest import-error report read from a starting worker.
@@ -35,6 +35,8 @@ pub(crate) struct Launch {
     pub node_bootstrap: PathBuf,
     pub memory_limit_mb: u64,
     pub max_output_bytes: usize,
+    /// Fork new Python instances from a per-function fork server ([`super::fork`]).
+    pub fork_server: bool,
 }
 
 /// Why a new instance could not start.
@@ -98,11 +100,18 @@ pub(crate) struct Worker {
 impl Worker {
     /// Starts an instance: for python3 and nodejs a worker process that has imported the
     /// function; for binary an empty slot (its first exec will be reported as the cold start).
-    pub(crate) async fn start(spec: &FunctionSpec, launch: &Launch) -> Result<Self, StartError> {
+    pub(crate) async fn start(
+        spec: &FunctionSpec,
+        launch: &Launch,
+        fork: Option<&super::fork::ForkServer>,
+    ) -> Result<Self, StartError> {
         let started = Instant::now();
-        let process = match spec.runtime {
-            Runtime::Binary => None,
-            Runtime::Python3 | Runtime::Nodejs => Some(ProcWorker::start(spec, launch).await?),
+        let process = match (spec.runtime, fork) {
+            (Runtime::Binary, _) => None,
+            (Runtime::Python3, Some(fork)) => Some(fork.instance().await?),
+            (Runtime::Python3 | Runtime::Nodejs, _) => {
+                Some(ProcWorker::start_with(spec, launch, &[]).await?)
+            }
         };
         Ok(Self {
             process,
@@ -119,10 +128,7 @@ impl Worker {
     /// Whether the instance can take a call (its process has not exited).
     pub(crate) fn is_alive(&mut self) -> bool {
         match &mut self.process {
-            Some(p) => p
-                .child
-                .as_mut()
-                .is_some_and(|c| matches!(c.try_wait(), Ok(None))),
+            Some(p) => p.is_alive(),
             None => true,
         }
     }
@@ -142,24 +148,77 @@ impl Worker {
     }
 }
 
-/// A running python3 or nodejs worker.
-#[derive(Debug)]
-struct ProcWorker {
-    /// Always `Some` until dropped (taken so the drop can reap it in the background).
+/// A running python3 or nodejs worker (or a Python fork server): a child process on pipes, or
+/// an instance forked by a fork server, on a Unix socket.
+pub(crate) struct ProcWorker {
+    /// Our child (`None` for a forked instance, which the fork server's kernel reaps).
     child: Option<Child>,
-    pid: u32,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    stderr: StderrTail,
+    pub(super) pid: u32,
+    pub(super) stdin: Box<dyn AsyncWrite + Send + Unpin>,
+    stdout: BufReader<Box<dyn AsyncRead + Send + Unpin>>,
+    /// The process's stderr.
+    stderr: Option<StderrTail>,
+    /// Exit reports of the fork server that forked this instance.
+    exits: Option<Arc<super::fork::Exits>>,
+}
+
+impl std::fmt::Debug for ProcWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcWorker")
+            .field("pid", &self.pid)
+            .field("forked", &self.child.is_none())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ProcWorker {
-    async fn start(spec: &FunctionSpec, launch: &Launch) -> Result<Self, StartError> {
+    /// An instance a fork server forked, speaking on `calls`, writing `stderr`.
+    pub(super) fn from_socket(
+        calls: tokio::net::UnixStream,
+        stderr: StderrTail,
+        pid: u32,
+        exits: Arc<super::fork::Exits>,
+    ) -> Self {
+        let (read, write) = calls.into_split();
+        Self {
+            child: None,
+            pid,
+            stdin: Box::new(write),
+            stdout: BufReader::new(Box::new(read)),
+            stderr: Some(stderr),
+            exits: Some(exits),
+        }
+    }
+
+    /// The process's output stream, for a reader of its own (the fork server's reports).
+    pub(super) fn take_output(&mut self) -> Option<BufReader<Box<dyn AsyncRead + Send + Unpin>>> {
+        let empty: Box<dyn AsyncRead + Send + Unpin> = Box::new(tokio::io::empty());
+        Some(std::mem::replace(&mut self.stdout, BufReader::new(empty)))
+    }
+
+    /// Whether the process still runs.
+    pub(super) fn is_alive(&mut self) -> bool {
+        match (self.child.as_mut(), &self.exits) {
+            (Some(c), _) => matches!(c.try_wait(), Ok(None)),
+            (None, Some(exits)) if exits.has_exited(self.pid) => false,
+            (None, _) => i32::try_from(self.pid).is_ok_and(|raw| {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None).is_ok()
+            }),
+        }
+    }
+
+    /// Starts the bootstrap of `spec`'s runtime with `extra` arguments after the function dir.
+    pub(super) async fn start_with(
+        spec: &FunctionSpec,
+        launch: &Launch,
+        extra: &[&std::ffi::OsStr],
+    ) -> Result<Self, StartError> {
         let (program, script) = match spec.runtime {
             Runtime::Nodejs => (&launch.node, &launch.node_bootstrap),
             _ => (&launch.python, &launch.python_bootstrap),
         };
-        let args = [script.as_os_str(), spec.dir.as_os_str()];
+        let mut args = vec![script.as_os_str(), spec.dir.as_os_str()];
+        args.extend_from_slice(extra);
         let mut cmd = proc::command(
             program.as_os_str(),
             &args,
@@ -173,16 +232,19 @@ impl ProcWorker {
         let mut child = cmd.spawn().map_err(spawn_err)?;
         let missing = || spawn_err(std::io::Error::other("stdio pipe missing"));
         let pid = child.id().ok_or_else(missing)?;
-        let stdin = child.stdin.take().ok_or_else(missing)?;
-        let stdout = BufReader::new(child.stdout.take().ok_or_else(missing)?);
+        let stdin: Box<dyn AsyncWrite + Send + Unpin> =
+            Box::new(child.stdin.take().ok_or_else(missing)?);
+        let stdout: Box<dyn AsyncRead + Send + Unpin> =
+            Box::new(child.stdout.take().ok_or_else(missing)?);
         let stderr = child.stderr.take().ok_or_else(missing)?;
         let stderr = StderrTail::capture(stderr, Arc::from(spec.name.as_str()), pid);
         let mut worker = Self {
             child: Some(child),
             pid,
             stdin,
-            stdout,
-            stderr,
+            stdout: BufReader::new(stdout),
+            stderr: Some(stderr),
+            exits: None,
         };
         match worker.read_reply(MAX_INIT_REPORT).await {
             Ok((KIND_READY, _)) => Ok(worker),
@@ -240,7 +302,7 @@ impl ProcWorker {
         self.stdin.flush().await
     }
 
-    async fn read_reply(&mut self, limit: usize) -> Result<(u8, Bytes), ReadError> {
+    pub(super) async fn read_reply(&mut self, limit: usize) -> Result<(u8, Bytes), ReadError> {
         let mut head = [0u8; 5];
         self.stdout
             .read_exact(&mut head)
@@ -271,14 +333,21 @@ impl ProcWorker {
 
     /// Waits briefly for a dying worker and describes its end: (summary, stderr tail).
     async fn death(&mut self) -> (String, String) {
-        let how = match &mut self.child {
-            Some(child) => match tokio::time::timeout(DEATH_GRACE, child.wait()).await {
+        let how = match (&mut self.child, &self.exits) {
+            (Some(child), _) => match tokio::time::timeout(DEATH_GRACE, child.wait()).await {
                 Ok(Ok(status)) => proc::describe_exit(status),
                 _ => "stopped answering".to_owned(),
             },
-            None => "is gone".to_owned(),
+            (None, Some(exits)) => match exits.take(self.pid, DEATH_GRACE).await {
+                Some(status) => proc::describe_exit(status),
+                None => "stopped answering".to_owned(),
+            },
+            (None, None) => "is gone".to_owned(),
         };
-        let stderr = self.stderr.finish(DEATH_GRACE).await;
+        let stderr = match &mut self.stderr {
+            Some(tail) => tail.finish(DEATH_GRACE).await,
+            None => String::new(),
+        };
         let message = proc::summary(&format!("worker process {} {how}", self.pid), &stderr);
         (message, stderr)
     }
@@ -303,7 +372,7 @@ impl Drop for ProcWorker {
     }
 }
 
-enum ReadError {
+pub(super) enum ReadError {
     Eof,
     TooLarge,
 }

@@ -56,3 +56,50 @@ async fn sieve_cold_and_warm_latency() {
         warm_wall.len()
     );
 }
+
+/// P50 and P99 of `samples`.
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+#[tokio::test]
+#[ignore = "measurement, prints numbers; run on demand in release mode"]
+async fn new_instance_cold_start_percentiles() {
+    const N: usize = 200;
+    let timeout = Duration::from_secs(10);
+    for (function, fork_server) in [("sieve", true), ("sieve", false), ("hello-node", true)] {
+        let cfg = LocalBackend {
+            functions_dir: PathBuf::from("../functions"),
+            functions: Some(vec![function.into()]),
+            fork_server,
+            ..LocalBackend::default()
+        };
+        let rt = runtime(&cfg);
+        // The first instance starts the interpreter (and, with it, the fork server).
+        call_with(&rt, function, "", ContainerChoice::New, timeout)
+            .await
+            .expect("first call");
+        let (mut cold, mut first_call) = (Vec::new(), Vec::new());
+        for _ in 0..N {
+            let t = Instant::now();
+            let out = call_with(&rt, function, "", ContainerChoice::New, timeout)
+                .await
+                .expect("cold call");
+            assert!(out.cold_start);
+            cold.push(out.cold);
+            first_call.push(t.elapsed());
+        }
+        let (c50, c99) = percentiles(cold);
+        let (w50, w99) = percentiles(first_call);
+        println!(
+            "{function} fork_server={fork_server}: {N} new instances, start P50 {:.2} ms P99 {:.2} ms; \
+             first call served P50 {:.2} ms P99 {:.2} ms",
+            c50.as_secs_f64() * 1e3,
+            c99.as_secs_f64() * 1e3,
+            w50.as_secs_f64() * 1e3,
+            w99.as_secs_f64() * 1e3
+        );
+    }
+}

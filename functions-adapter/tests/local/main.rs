@@ -5,6 +5,7 @@
 
 mod examples;
 mod failures;
+mod fork;
 mod latency;
 mod lifecycle;
 mod runtimes;
