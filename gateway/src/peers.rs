@@ -1,7 +1,10 @@
 //! The other nodes' health as this gateway sees it: each one's `/readyz`, probed every
 //! `dns.probe_interval_ms` (the probes the geo DNS runs), so that a handover never sends a
-//! client to a node known to be dead. A dead edge's area goes to the cloud until it answers
-//! again; the cloud serves a dead edge's clients itself.
+//! client to a node known to be dead. A node counts as dead after [`FAILURES_TO_DOWN`] failed
+//! probes in a row (one lost probe, or a peer still starting, is not a death) and as alive
+//! again after one good probe. A dead edge's area goes to the cloud until it answers again; the
+//! cloud serves a dead edge's clients itself, and an edge serves clients it would hand to a
+//! dead cloud.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +14,9 @@ use geofaas_dns::HealthTable;
 use tokio::task::JoinSet;
 
 use crate::routing::Route;
+
+/// Failed probes in a row after which a peer counts as dead.
+pub const FAILURES_TO_DOWN: u32 = 2;
 
 /// Probed health of the other nodes.
 #[derive(Debug)]
@@ -36,6 +42,7 @@ impl PeerHealth {
             };
             let (client, table, id) = (client.clone(), table.clone(), node.id.clone());
             probes.spawn(async move {
+                let mut failures = 0u32;
                 let mut ticks = tokio::time::interval(interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
@@ -45,7 +52,9 @@ impl PeerHealth {
                         .timeout(interval.mul_f64(0.75))
                         .send()
                         .await;
-                    let ok = matches!(&probe, Ok(r) if r.status().is_success());
+                    let answered = matches!(&probe, Ok(r) if r.status().is_success());
+                    failures = if answered { 0 } else { failures + 1 };
+                    let ok = answered || failures < FAILURES_TO_DOWN;
                     if table.set_index(i, ok) != ok {
                         if ok {
                             tracing::info!(node = %id, "peer ready again: handovers to it resume");
