@@ -64,30 +64,45 @@ pub fn join(first: &UdpSocket, extra: usize) -> io::Result<Vec<UdpSocket>> {
     (0..extra).map(|_| bind_reuseport(addr)).collect()
 }
 
-/// The running UDP threads; dropping this stops them (each within [`STOP_POLL`]).
+/// The running UDP threads; dropping this stops them and waits for them to end (each within
+/// [`STOP_POLL`]), so their sockets are closed when it returns: a server started next on the
+/// same port (a reload) never shares it with the old one through `SO_REUSEPORT`.
 #[derive(Debug)]
 pub struct UdpThreads {
     stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for UdpThreads {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
 /// Serves each socket on its own thread with `handler` until the returned guard is dropped.
 pub fn spawn(sockets: Vec<UdpSocket>, handler: Arc<GeoHandler>) -> io::Result<UdpThreads> {
     let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::with_capacity(sockets.len());
     for (i, socket) in sockets.into_iter().enumerate() {
         socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(STOP_POLL))?;
-        let (handler, stop) = (handler.clone(), stop.clone());
-        std::thread::Builder::new()
+        let (handler, flag) = (handler.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
             .name(format!("geodns-udp-{i}"))
-            .spawn(move || serve_socket(&socket, &handler, &stop))?;
+            .spawn(move || serve_socket(&socket, &handler, &flag));
+        match thread {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                // Stop (and join) the threads already running before giving up.
+                drop(UdpThreads { stop, threads });
+                return Err(e);
+            }
+        }
     }
-    Ok(UdpThreads { stop })
+    Ok(UdpThreads { stop, threads })
 }
 
 /// One socket's loop: a batch in, a batch of answers out, until `stop`.
