@@ -15,7 +15,7 @@ use url::Url;
 use crate::client::{ClientConfig, HttpVersion};
 use crate::record::Summary;
 use crate::runner::CallTemplate;
-use crate::spawn::Spawned;
+use crate::spawn::{DelaySpec, Spawned};
 
 /// Arguments of `geofaas loadtest`.
 #[derive(Debug, Args)]
@@ -78,9 +78,25 @@ pub struct CommonArgs {
     #[arg(long, requires = "spawn")]
     pub state_dir: Option<PathBuf>,
     /// Put each node and the client in its own network namespace with tc netem delays (5 ms
-    /// between edges, 25 ms to the cloud). Needs root and a kernel with sch_netem.
-    #[arg(long)]
+    /// between edges, 25 ms to the cloud). Needs root and a kernel with sch_netem; not
+    /// implemented yet (it stops with the reason). Without it, --spawn uses the loadtest's own
+    /// delay model (see --no-delays).
+    #[arg(long, conflicts_with = "no_delays")]
     pub netem: bool,
+    /// With --spawn: no delay model, every node straight on loopback. By default --spawn puts a
+    /// TCP relay in front of each node that delays each direction by half a round-trip time
+    /// (--cloud-rtt-ms for the cloud, --edge-rtt-ms for an edge) and makes it the node's public
+    /// URL, so offloads, retries at the cloud and handovers cross it; the client reaches the
+    /// edge whose area holds it (its home edge) directly.
+    #[arg(long, requires = "spawn")]
+    pub no_delays: bool,
+    /// Delay model: round-trip time added to reach the cloud, ms (the paper's 25 ms ping).
+    #[arg(long, default_value_t = 25.0)]
+    pub cloud_rtt_ms: f64,
+    /// Delay model: round-trip time added to reach an edge other than the client's home edge,
+    /// ms (the paper's 5 ms between edges).
+    #[arg(long, default_value_t = 5.0)]
+    pub edge_rtt_ms: f64,
     /// Speak HTTP/1.1 instead of HTTP/2.
     #[arg(long)]
     pub http1: bool,
@@ -227,8 +243,23 @@ impl Ctx {
                 Some(b) => b.clone(),
                 None => std::env::current_exe()?,
             };
+            let delays = (!a.no_delays && !a.netem)
+                .then(|| -> anyhow::Result<DelaySpec> {
+                    let ms = |v: f64, name: &str| {
+                        anyhow::ensure!(
+                            v.is_finite() && v >= 0.0,
+                            "--{name} must be a number of ms >= 0"
+                        );
+                        Ok(Duration::from_secs_f64(v / 1000.0))
+                    };
+                    Ok(DelaySpec {
+                        edge_rtt: ms(a.edge_rtt_ms, "edge-rtt-ms")?,
+                        cloud_rtt: ms(a.cloud_rtt_ms, "cloud-rtt-ms")?,
+                    })
+                })
+                .transpose()?;
             eprintln!("starting {} nodes ...", topology.nodes.len());
-            let s = Spawned::start(&topology, &bin, a.state_dir.as_deref()).await?;
+            let s = Spawned::start_with(&topology, &bin, a.state_dir.as_deref(), delays).await?;
             (s.topology.clone(), Some(Arc::new(s)))
         } else {
             (topology, None)
@@ -278,10 +309,13 @@ impl Ctx {
     /// node responsible for `location`.
     pub fn client_config(&self, location: LatLon) -> ClientConfig {
         let mut c = self.client.clone();
-        c.entry = self
-            .entry
-            .clone()
-            .unwrap_or_else(|| self.map.responsible(location).public_url.clone());
+        let home = self.map.responsible(location);
+        c.entry = self.entry.clone().unwrap_or_else(|| {
+            self.spawned
+                .as_ref()
+                .and_then(|s| s.entry_url(&home.id))
+                .unwrap_or_else(|| home.public_url.clone())
+        });
         c
     }
 
@@ -308,11 +342,52 @@ impl Ctx {
         summary.topology = self.topology_arg.display().to_string();
         summary.function = self.template.function.clone();
         summary.spawned = self.spawned.is_some();
-        summary.delays = "none: loopback, no netem".to_owned();
+        let (delays, model) = self.delay_model();
+        summary.delays = delays;
+        summary.delay_model = model;
         summary.load = match open_loop_rate {
             Some(r) => format!("open loop at {r} calls/s (latency from the planned send time)"),
             None => "closed loop (each call waits for the previous answer)".to_owned(),
         };
+    }
+
+    /// What `summary.json` says about network delays: a sentence and the figures.
+    pub fn delay_model(&self) -> (String, serde_json::Value) {
+        let Some(s) = &self.spawned else {
+            return (
+                "none injected: a running deployment, whatever its network adds".to_owned(),
+                serde_json::json!({ "kind": "none" }),
+            );
+        };
+        let Some(spec) = s.delays else {
+            return (
+                "none: loopback, no netem, --no-delays".to_owned(),
+                serde_json::json!({ "kind": "none" }),
+            );
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let text = format!(
+            "loadtest delay model (userspace TCP relays, not netem: this kernel has no sch_netem): \
+             +{} ms round trip ({} ms each way) to the cloud, +{} ms round trip ({} ms each way) \
+             to an edge through its public URL; the client reaches its home edge directly",
+            ms(spec.cloud_rtt),
+            ms(spec.cloud_rtt) / 2.0,
+            ms(spec.edge_rtt),
+            ms(spec.edge_rtt) / 2.0,
+        );
+        let model = serde_json::json!({
+            "kind": "relay",
+            "cloud_rtt_ms": ms(spec.cloud_rtt),
+            "cloud_one_way_ms": ms(spec.cloud_rtt) / 2.0,
+            "edge_rtt_ms": ms(spec.edge_rtt),
+            "edge_one_way_ms": ms(spec.edge_rtt) / 2.0,
+            "client_to_home_edge": "direct (0 ms): the client's first connection goes to the node's listen address",
+            "crosses_the_cloud_link": "every connection to the cloud's public URL: client retries and fallback calls, 307s to the cloud, edge-to-cloud offloads",
+            "crosses_an_edge_link": "every connection to an edge's public URL: 307 handovers to another edge and the calls after them",
+            "not_modelled": "the TCP handshake with a relay (completes at once on loopback; TLS handshakes and data are delayed), bandwidth, loss",
+            "links": s.links,
+        });
+        (text, model)
     }
 
     /// `out/<name>`.

@@ -42,6 +42,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod delay;
 pub mod headers;
 pub mod highload;
 pub mod mobility;

@@ -2,8 +2,8 @@
 //!
 //! Not implemented yet: the machine this was written on runs a kernel without `sch_netem`
 //! ("Specified qdisc kind is unknown"), so the namespace set-up could not be tested. Until it
-//! is, `--netem` stops with an error instead of silently running without delays, and every
-//! `summary.json` says that no delays were injected.
+//! is, `--netem` stops with an error instead of silently running without delays. Without it,
+//! `--spawn` uses the loadtest's own delay model ([`crate::delay`]) and `summary.json` says so.
 
 use std::process::Command;
 
@@ -28,7 +28,8 @@ pub fn check() -> anyhow::Result<()> {
         "this kernel (or user) cannot add a netem qdisc: root and sch_netem are needed"
     };
     anyhow::bail!(
-        "--netem is not implemented yet ({kernel}); run without it: the summary then records \
-         that no network delays were injected"
+        "--netem is not implemented yet ({kernel}); run without it: with --spawn the loadtest's \
+         own delay model (TCP relays, --cloud-rtt-ms / --edge-rtt-ms) adds the delays, and the \
+         summary records which model was used"
     )
 }

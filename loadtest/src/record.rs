@@ -214,8 +214,11 @@ pub struct Summary {
     pub function: String,
     /// Whether the nodes were started by the run (`--spawn`) or a running deployment was called.
     pub spawned: bool,
-    /// Network delays between client and nodes: `none (loopback)` or `netem`.
+    /// Network delays between client and nodes, in words: none, netem, or the loadtest's own
+    /// delay model with its figures.
     pub delays: String,
+    /// The same as figures: `{"kind": "none"}`, or `{"kind": "relay", ...}` with each relay.
+    pub delay_model: serde_json::Value,
     /// Closed loop (wait for each answer) or open loop at a target rate.
     pub load: String,
     /// Calls made.
@@ -262,6 +265,7 @@ impl Summary {
             function: String::new(),
             spawned: false,
             delays: "none (loopback)".to_owned(),
+            delay_model: serde_json::json!({ "kind": "none" }),
             load: "closed loop".to_owned(),
             calls: rows.len() as u64,
             ok: count(&|r| r.ok()),

@@ -4,24 +4,75 @@
 //!
 //! The state folder (a temporary one unless `--state-dir` names one) holds `ca.pem`,
 //! `node.pem`, `node-key.pem`, `topology.toml` and one `<node>.log` per node.
+//!
+//! With a [`DelaySpec`] (the loadtest's own delay model, `--spawn` without `--no-delays`), every
+//! node gets a [`Relay`] on its own address (a free port) in front of its `listen` address, and
+//! the derived topology's `public_url` of the node names the relay. Everything that reaches a
+//! node through its public URL therefore crosses its link: the cloud's relay delays each
+//! direction by half the cloud round-trip time (25 ms in the paper), each edge's by half the
+//! edge-to-edge one (5 ms). That covers an edge's offloads (the gateway's cloud link is built
+//! from the cloud's `public_url`), the client's retries at the cloud and every `307` (its
+//! `Location` is the target's `public_url`). Only the client's first connection, to the edge
+//! whose area holds it (its home edge, [`Spawned::entry_url`]), goes to the node directly: the
+//! client sits in its home edge's network, the other edge is one edge-to-edge link away and the
+//! cloud 25 ms away from everything. The node's certificate names the same IP addresses, so TLS
+//! still verifies through a relay.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use geofaas_config::{AreaConfig, BackendConfig, TlsSettings, Topology};
+use geofaas_config::{AreaConfig, BackendConfig, Role, TlsSettings, Topology};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rand::RngCore;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use url::Url;
+
+use crate::delay::Relay;
 
 /// How long the nodes get to answer `/readyz` after they were started.
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long a node gets to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The loadtest's own delay model: round-trip times a relay adds in front of each node.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DelaySpec {
+    /// Round-trip time to reach an edge through its public URL (the paper's edge-to-edge link).
+    pub edge_rtt: Duration,
+    /// Round-trip time to reach the cloud (the paper's 25 ms ping to London).
+    pub cloud_rtt: Duration,
+}
+
+impl DelaySpec {
+    /// The paper's figures: 5 ms between edges, 25 ms to the cloud.
+    pub const PAPER: Self = Self {
+        edge_rtt: Duration::from_millis(5),
+        cloud_rtt: Duration::from_millis(25),
+    };
+}
+
+/// One relay of the delay model, as `summary.json` reports it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DelayLink {
+    /// The node behind the relay.
+    pub node: String,
+    /// `edge` or `cloud`.
+    pub role: String,
+    /// Where the relay listens (the node's `public_url` in the derived topology).
+    pub relay: SocketAddr,
+    /// The node's own address (its `listen`).
+    pub target: SocketAddr,
+    /// Delay of each direction, ms.
+    pub one_way_ms: f64,
+    /// Round-trip time the relay adds, ms.
+    pub rtt_ms: f64,
+}
 
 /// The node processes of one run.
 #[derive(Debug)]
@@ -34,6 +85,14 @@ pub struct Spawned {
     /// The generated CA, for the client.
     pub ca_pem: Vec<u8>,
     children: Mutex<BTreeMap<String, Child>>,
+    /// The delay model's relays (none without one). Dropped after the nodes.
+    relays: Vec<Relay>,
+    /// What the relays do, per node.
+    pub links: Vec<DelayLink>,
+    /// The delay model, if any.
+    pub delays: Option<DelaySpec>,
+    /// Each node's own address as a URL (what the client's home edge is called at).
+    direct: BTreeMap<String, Url>,
 }
 
 /// A node that was killed.
@@ -55,6 +114,16 @@ impl Spawned {
         bin: &Path,
         state_dir: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(topology, bin, state_dir, None).await
+    }
+
+    /// [`Spawned::start`], with the delay model's relays in front of the nodes if `delays`.
+    pub async fn start_with(
+        topology: &Topology,
+        bin: &Path,
+        state_dir: Option<&Path>,
+        delays: Option<DelaySpec>,
+    ) -> anyhow::Result<Self> {
         let (tmp, dir) = match state_dir {
             Some(d) => {
                 std::fs::create_dir_all(d)
@@ -70,7 +139,33 @@ impl Spawned {
             }
         };
         let ca_pem = write_tls(&dir, &certificate_hosts(topology))?;
-        let derived = derive_topology(topology, &dir)?;
+        let mut derived = derive_topology(topology, &dir)?;
+        let mut relays = Vec::new();
+        let mut links = Vec::new();
+        let mut direct = BTreeMap::new();
+        for node in &mut derived.nodes {
+            let target = reachable(node.listen);
+            direct.insert(node.id.clone(), Url::parse(&format!("https://{target}/"))?);
+            let Some(spec) = delays else { continue };
+            let rtt = match node.role {
+                Role::Cloud => spec.cloud_rtt,
+                _ => spec.edge_rtt,
+            };
+            let relay = Relay::start(SocketAddr::new(target.ip(), 0), target, rtt / 2)
+                .await
+                .with_context(|| format!("cannot start the delay relay of {}", node.id))?;
+            let at = relay.local_addr();
+            node.public_url = Url::parse(&format!("https://{at}/"))?;
+            links.push(DelayLink {
+                node: node.id.clone(),
+                role: format!("{:?}", node.role).to_lowercase(),
+                relay: at,
+                target,
+                one_way_ms: (rtt / 2).as_secs_f64() * 1000.0,
+                rtt_ms: rtt.as_secs_f64() * 1000.0,
+            });
+            relays.push(relay);
+        }
         let path = dir.join("topology.toml");
         std::fs::write(&path, toml::to_string(&derived)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -105,9 +200,28 @@ impl Spawned {
             topology: derived,
             ca_pem: ca_pem.into_bytes(),
             children: Mutex::new(children),
+            relays,
+            links,
+            delays,
+            direct,
         };
         spawned.wait_ready().await?;
         Ok(spawned)
+    }
+
+    /// The URL a client whose area is `node`'s enters at: the node's own address for an edge
+    /// under the delay model (the client's home edge is reached directly), else its public URL.
+    pub fn entry_url(&self, node: &str) -> Option<Url> {
+        let n = self.topology.nodes.iter().find(|n| n.id == node)?;
+        match (self.delays, n.role) {
+            (Some(_), Role::Edge) => self.direct.get(node).cloned(),
+            _ => Some(n.public_url.clone()),
+        }
+    }
+
+    /// Whether every relay still runs.
+    pub fn relays_running(&self) -> bool {
+        self.relays.iter().all(Relay::is_running)
     }
 
     /// The process id of a running node.
@@ -202,6 +316,19 @@ impl Drop for Spawned {
     }
 }
 
+/// Where a node listening on `listen` is reached (an unspecified address on loopback).
+fn reachable(listen: SocketAddr) -> SocketAddr {
+    match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), listen.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), listen.port())
+        }
+        _ => listen,
+    }
+}
+
 /// The topology with absolute paths (it is written into another folder) and `[tls]` naming the
 /// generated files.
 fn derive_topology(topology: &Topology, dir: &Path) -> anyhow::Result<Topology> {
@@ -234,7 +361,11 @@ fn derive_topology(topology: &Topology, dir: &Path) -> anyhow::Result<Topology> 
 
 /// Every host name and address the nodes are reached at, for the certificate.
 fn certificate_hosts(topology: &Topology) -> Vec<String> {
-    let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
     for node in &topology.nodes {
         if let Some(h) = node.public_url.host_str() {
             hosts.push(h.trim_start_matches('[').trim_end_matches(']').to_owned());

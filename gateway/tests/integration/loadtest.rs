@@ -167,6 +167,17 @@ fn mobility_on_another_topology_hands_over_exactly_where_the_areas_say() {
     }
     assert!(out.join("mobility.png").metadata().unwrap().len() > 1000);
     assert_eq!(summary(&out)["spawned"], true);
+    // --spawn uses the delay model by default: a relay per node. The walk starts in the
+    // cloud's area, so no call has a home edge: each one crosses a relay both ways, which
+    // bounds its latency from below (the relay never forwards a chunk before it is due).
+    let model = &summary(&out)["delay_model"];
+    assert_eq!(model["kind"], "relay", "{model}");
+    assert_eq!(model["links"].as_array().unwrap().len(), 3, "{model}");
+    assert_eq!(model["cloud_rtt_ms"], 25.0);
+    for r in &rows {
+        let floor = if r.served_by == "cloud" { 25.0 } else { 5.0 };
+        assert!(r.latency_ms >= floor, "{r:?}");
+    }
     assert!(
         rows.iter().all(|r| r.http == "HTTP/2.0"),
         "HTTP/2 by default"
@@ -181,8 +192,9 @@ fn mobility_on_the_berlin_path_over_http1_hands_over_at_kleinmachnow_and_fahrlan
     let (_dir, out) = loadtest(
         &topology,
         &[("path.csv", path)],
-        &["mobility", "--path", "path.csv", "--http1"],
+        &["mobility", "--path", "path.csv", "--http1", "--no-delays"],
     );
+    assert_eq!(summary(&out)["delay_model"]["kind"], "none");
     let rows = read_csv(&out.join("requests.csv")).unwrap();
     let expected = assert_served_where_the_areas_say(&topology, &rows);
     let at: Vec<(&str, &str)> = expected
@@ -245,6 +257,11 @@ fn highload_counts_the_calls_an_edge_offloads() {
         .collect();
     assert_eq!(counts, [(1, 3, 0), (2, 3, 3), (4, 6, 6)]);
     assert_eq!(summary(&out)["offloaded"], 9);
+    // An offload crosses the delay model's cloud link (the edge's cloud link is the cloud's
+    // public URL, the relay): at least its 25 ms round trip.
+    for r in rows.iter().filter(|r| !r.offloaded_from.is_empty()) {
+        assert!(r.latency_ms >= 25.0, "{r:?}");
+    }
     assert!(out.join("highload.png").metadata().unwrap().len() > 1000);
 }
 
@@ -280,6 +297,8 @@ fn outage_sigkill_of_the_edge_loses_no_call_with_one_retry() {
         .iter()
         .all(|r| r.served_by == "north" && r.attempts == 1));
     assert!(rows[20..].iter().all(|r| r.served_by == "cloud"));
+    // The client reached its home edge directly and the cloud across the 25 ms link.
+    assert!(rows[20..].iter().all(|r| r.latency_ms >= 25.0), "{rows:?}");
     // The first call after the kill hit the dead edge and was retried once, at the cloud.
     assert_eq!(rows[20].attempts, 2, "{:?}", rows[20]);
     assert!(rows.iter().all(|r| r.attempts <= 2));
