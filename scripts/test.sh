@@ -7,11 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: the real clients the tests call with (curl for HTTP/1.1 and HTTP/2, dig, kdig).
+# Debian packages: the real clients the tests call with (curl for HTTP/1.1 and HTTP/2, dig, kdig)
+# and the real etcd the fleet tests start.
 apt_pkgs=()
 command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v dig >/dev/null || apt_pkgs+=(dnsutils)
 command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
+command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   echo "== installing ${apt_pkgs[*]}"
   apt-get update -qq

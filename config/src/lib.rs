@@ -10,6 +10,7 @@
 pub mod area;
 pub mod backend;
 mod error;
+pub mod fleet;
 pub mod function;
 pub mod headers;
 pub mod location;
@@ -21,6 +22,7 @@ mod topology;
 pub use area::{Area, AreaConfig};
 pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
 pub use error::{ConfigError, ShapeError};
+pub use fleet::RegistrySettings;
 pub use function::FunctionConfig;
 pub use location::{GeoLocator, LatLon, LocationError};
 pub use security::{ApiKeyConfig, AuthSettings, LimitSettings};

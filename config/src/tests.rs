@@ -284,3 +284,55 @@ fn readme_backend_snippets_parse() {
             .unwrap_or_else(|e| panic!("{e}\n{snippet}"));
     }
 }
+
+#[test]
+fn registry_section_has_defaults_and_clear_errors() {
+    let t = Topology::parse(
+        &berlin_with(
+            "[dns]",
+            "[registry]\netcd = [\"http://127.0.0.1:2379\"]\n\n[dns]",
+        ),
+        "fleet.toml",
+        Path::new("examples"),
+    )
+    .unwrap();
+    let r = t.registry.expect("registry section");
+    assert_eq!(r.lease_ttl_s, 20);
+    assert_eq!(r.prefix, "/geofaas/");
+    assert_eq!(r.load_interval_ms, 1000);
+    assert!(berlin().registry.is_none(), "no section, no registry");
+    for (section, field, words) in [
+        ("etcd = []", "registry.etcd", "at least one"),
+        ("etcd = [\"ftp://x:1\"]", "registry.etcd", "http://"),
+        (
+            "etcd = [\"http://a:1\"]\nlease_ttl_s = 0",
+            "registry.lease_ttl_s",
+            "at least 1",
+        ),
+        (
+            "etcd = [\"http://a:1\"]\nprefix = \"geofaas\"",
+            "registry.prefix",
+            "'/'",
+        ),
+        (
+            "etcd = [\"http://a:1\"]\ncall_record_max_bytes = 9999999",
+            "registry.call_record_max_bytes",
+            "1 MiB",
+        ),
+    ] {
+        let err = invalid(&berlin_with(
+            "[dns]",
+            &format!("[registry]\n{section}\n\n[dns]"),
+        ));
+        assert_eq!(err.field(), Some(field), "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+    }
+    let err = invalid(&berlin_with(
+        "[dns]",
+        "[registry]\netcd = [\"http://a:1\"]\nttl = 3\n\n[dns]",
+    ));
+    assert!(
+        err.to_string().contains("ttl"),
+        "unknown field named: {err}"
+    );
+}

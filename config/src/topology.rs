@@ -48,6 +48,10 @@ pub struct Topology {
     /// Which placement policy an edge gateway asks before running a call.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// The etcd registry of a fleet (`[registry]`); without it the file is the whole deployment.
+    /// Default none.
+    #[serde(default)]
+    pub registry: Option<crate::RegistrySettings>,
     /// The nodes: edges and exactly one cloud.
     #[serde(rename = "node", default)]
     pub nodes: Vec<NodeConfig>,
@@ -361,6 +365,7 @@ impl Topology {
         self.auth
             .check()
             .and_then(|()| self.limits.check())
+            .and_then(|()| self.registry.as_ref().map_or(Ok(()), |r| r.check()))
             .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())
     }

@@ -41,6 +41,9 @@ pub struct DnsArgs {
 
 /// Loads the topology and serves until Ctrl-C or SIGTERM.
 ///
+/// With `[registry]`, the nodes registered in etcd are answered too, and a change of them
+/// applies like a SIGHUP (a node whose lease expires is no longer answered).
+///
 /// On SIGHUP the topology file is read again. A valid one replaces the running server: the
 /// sockets are closed and bound again (a gap of milliseconds, which resolvers cover with their
 /// retries) and the health probes start afresh. An invalid one is logged with its reason and
@@ -52,11 +55,26 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
         mmdb = Some(path.clone());
     }
     let context = || format!("geo DNS for {}", args.config.display());
-    let build = |mmdb: Option<PathBuf>| -> anyhow::Result<DnsServer> {
-        let topology = Topology::load(&args.config)?;
+    // In a fleet, the registered nodes join the file's (the watch keeps them in memory).
+    let first = Topology::load(&args.config).with_context(context)?;
+    let fleet = match &first.registry {
+        Some(r) => Some(geofaas_fleet::Fleet::start(r).with_context(context)?),
+        None => None,
+    };
+    let mut view = fleet.as_ref().map(|f| f.view());
+    let build = |mmdb: Option<PathBuf>, view: Option<&FleetWatch>| -> anyhow::Result<DnsServer> {
+        let mut topology = Topology::load(&args.config)?;
+        if let Some(v) = view {
+            let current = v.borrow().clone();
+            let (merged, refusals) = geofaas_fleet::merge(&topology, None, &current);
+            for r in refusals {
+                tracing::warn!(node = %r.id, reason = %r.reason, "registered node not answered");
+            }
+            topology = merged;
+        }
         Ok(DnsServer::new(&topology, options(&args, mmdb, &topology))?)
     };
-    let mut server = build(mmdb.clone()).with_context(context)?;
+    let mut server = build(mmdb.clone(), view.as_ref()).with_context(context)?;
     let mut reloads = Signals::hangup();
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -73,9 +91,16 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
                     return running.await?.with_context(context);
                 }
                 ended = &mut running => return ended?.with_context(context),
-                () = reloads.next() => match build(mmdb.clone()) {
+                () = reloads.next() => match build(mmdb.clone(), view.as_ref()) {
                     Ok(next) => break next,
                     Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: topology refused; the running one stays"),
+                },
+                Some(()) = fleet_changed(view.as_mut()) => match build(mmdb.clone(), view.as_ref()) {
+                    Ok(next) => {
+                        tracing::info!("fleet changed: answering for the registered nodes");
+                        break next;
+                    }
+                    Err(e) => tracing::error!(error = %format!("{e:#}"), "fleet change refused; the running answers stay"),
                 },
             }
         };
@@ -83,6 +108,16 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
         running.await?.with_context(context)?;
         tracing::info!(file = %args.config.display(), "SIGHUP: topology reloaded");
         server = next;
+    }
+}
+
+type FleetWatch = tokio::sync::watch::Receiver<std::sync::Arc<geofaas_fleet::FleetView>>;
+
+/// Resolves when the registered nodes change (never without a fleet).
+async fn fleet_changed(view: Option<&mut FleetWatch>) -> Option<()> {
+    match view {
+        Some(v) => v.changed().await.ok(),
+        None => std::future::pending().await,
     }
 }
 

@@ -32,6 +32,8 @@ pub enum Command {
     Train(geofaas_scheduler::cli::TrainArgs),
     /// Compare scheduling policies on the same simulated workloads.
     Simulate(geofaas_scheduler::cli::SimulateArgs),
+    /// Inspect a fleet's etcd registry.
+    Fleet(crate::fleet_cli::FleetArgs),
     /// Reproduce the paper's experiments (mobility, highload, outage) against a topology.
     Loadtest(geofaas_loadtest::cli::LoadtestArgs),
 }
@@ -61,6 +63,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::task::spawn_blocking(move || geofaas_scheduler::cli::run_simulate(args)).await?
         }
         Command::Loadtest(args) => geofaas_loadtest::cli::run(args).await,
+        Command::Fleet(args) => crate::fleet_cli::run(args).await,
     }
 }
 
@@ -100,12 +103,20 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let fleet = match &topology.registry {
+        Some(r) => Some(
+            geofaas_fleet::Fleet::start(r)
+                .with_context(|| format!("{}: [registry]", topology.source))?,
+        ),
+        None => None,
+    };
     let opts = NodeOptions {
         offload_secret: secret.map(String::into_bytes),
         ca_pem: Some(tls.ca_pem.clone().into_bytes()),
         locator,
         probe_peers: true,
         metrics: crate::up::install_metrics(),
+        fleet,
     };
     let listener = tokio::net::TcpListener::bind(node.listen)
         .await

@@ -6,8 +6,13 @@
 //! shared with those waiters but not kept, so a later retry runs again. A key reused with a
 //! different request (body or path) is refused with 422. Keys are not bound to a client: clients
 //! should use unique values such as UUIDs.
+//!
+//! In a fleet (`[registry]`), a kept answer whose body is at most `registry.call_record_max_bytes`
+//! is also shared through etcd ([`geofaas_fleet::CallRecords`]), so a retry at another node (the
+//! cloud, after the edge that ran the call died) gets the first answer. The lookup reads the
+//! node's in-memory copy of the shared records, never etcd; an answer that had no time to reach
+//! etcd before its node died is run again.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,11 +51,13 @@ pub(crate) enum Unkept {
 #[derive(Debug)]
 pub struct IdempotencyCache {
     answers: moka::future::Cache<String, Arc<Stored>>,
+    shared: Option<Arc<geofaas_fleet::CallRecords>>,
 }
 
 impl Default for IdempotencyCache {
     fn default() -> Self {
         Self {
+            shared: None,
             answers: moka::future::Cache::builder()
                 .max_capacity(CAPACITY_BYTES)
                 .weigher(|_, v: &Arc<Stored>| u32::try_from(v.body.len() + 256).unwrap_or(u32::MAX))
@@ -79,15 +86,79 @@ pub fn key(headers: &HeaderMap, function: &str) -> Result<Option<String>, ApiErr
     }
 }
 
-/// A fingerprint of what the call asks for, to refuse a key reused for another request.
+/// A fingerprint of what the call asks for, to refuse a key reused for another request. SHA-256
+/// (its first 8 bytes), so that every node of a fleet computes the same one.
 pub fn fingerprint(path_and_query: &str, body: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    path_and_query.hash(&mut h);
-    body.hash(&mut h);
-    h.finish()
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(&(path_and_query.len() as u64).to_be_bytes());
+    ctx.update(path_and_query.as_bytes());
+    ctx.update(body);
+    let digest = ctx.finish();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// A kept answer as etcd holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SharedRecord {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+    request: u64,
 }
 
 impl IdempotencyCache {
+    /// A cache that also shares its answers through the fleet's call records.
+    pub fn shared(records: Arc<geofaas_fleet::CallRecords>) -> Self {
+        Self {
+            shared: Some(records),
+            ..Self::default()
+        }
+    }
+
+    /// The answer another node shared for `key`, if its record parses.
+    fn shared_answer(&self, key: &str) -> Option<Stored> {
+        let raw = self.shared.as_ref()?.get(key)?;
+        let rec: SharedRecord = serde_json::from_slice(&raw).ok()?;
+        use base64::Engine;
+        let body = base64::engine::general_purpose::STANDARD
+            .decode(rec.body)
+            .ok()?;
+        Some(Stored {
+            status: StatusCode::from_u16(rec.status).ok()?,
+            headers: rec
+                .headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.parse().ok()?, v.parse().ok()?)))
+                .collect(),
+            body: Bytes::from(body),
+            request: rec.request,
+        })
+    }
+
+    /// Shares `stored` (when small enough) for a retry at another node.
+    fn share(&self, key: &str, stored: &Stored) {
+        let Some(records) = &self.shared else { return };
+        if stored.body.len() > records.max_bytes() {
+            return;
+        }
+        use base64::Engine;
+        let rec = SharedRecord {
+            status: stored.status.as_u16(),
+            headers: stored
+                .headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.to_string(), v.to_str().ok()?.to_owned())))
+                .collect(),
+            body: base64::engine::general_purpose::STANDARD.encode(&stored.body),
+            request: stored.request,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&rec) {
+            records.put(key, bytes);
+        }
+    }
+
     /// Runs `call` unless an answer for `key` is kept (or being made), and returns that answer.
     pub async fn run(
         &self,
@@ -98,12 +169,16 @@ impl IdempotencyCache {
         let ran = AtomicBool::new(false);
         let result = self
             .answers
-            .try_get_with(key, async {
+            .try_get_with(key.clone(), async {
+                if let Some(stored) = self.shared_answer(&key) {
+                    return Ok(Arc::new(stored));
+                }
                 ran.store(true, Ordering::Relaxed);
                 let stored = Stored::collect(call.await.map_err(Unkept::Api)?, request).await?;
                 if stored.status.is_server_error() {
                     return Err(Unkept::ServerError(stored));
                 }
+                self.share(&key, &stored);
                 Ok(Arc::new(stored))
             })
             .await;

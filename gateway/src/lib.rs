@@ -21,6 +21,8 @@ pub mod bundle;
 pub mod cli;
 pub mod directory;
 pub mod error;
+pub mod fleet;
+pub mod fleet_cli;
 pub mod headers;
 pub mod idempotency;
 pub mod invoke;
@@ -145,6 +147,11 @@ impl NodeHandle {
         self.live.current()
     }
 
+    /// The node's live load, for the fleet's load reports.
+    pub(crate) fn live_source(&self) -> Arc<dyn geofaas_fleet::LoadSource> {
+        self.live.clone()
+    }
+
     /// Switches the node to `topology` without dropping a call: calls in flight finish on the
     /// state they started with; backends whose configuration did not change are kept warm.
     /// An invalid topology (or one without this node) is refused and the old one stays.
@@ -161,6 +168,7 @@ impl NodeHandle {
     /// calls get `gateway.drain_timeout_ms` to finish.
     pub async fn drain(self, grace: std::time::Duration) -> anyhow::Result<()> {
         self.state.ready.store(false, Ordering::Relaxed);
+        self.live.current().ready.store(false, Ordering::Relaxed);
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "draining: not ready, still answering"
@@ -181,6 +189,10 @@ impl NodeHandle {
 /// Runs node `id` of `topology` on `listener` until `shutdown` resolves, then drains
 /// ([`NodeHandle::drain`] with `gateway.drain_grace_ms`). Each topology `reloads` yields is
 /// applied with [`NodeHandle::reload`]; one that fails is logged and the old one kept.
+///
+/// With a fleet ([`NodeOptions::fleet`]) the node registers itself, and every change of the
+/// registered nodes is applied as a reload of the file's topology with them added
+/// ([`geofaas_fleet::merge`]); a drain leaves the registry first.
 pub async fn run_node(
     topology: Arc<Topology>,
     id: &str,
@@ -190,20 +202,41 @@ pub async fn run_node(
     mut reloads: tokio::sync::mpsc::Receiver<anyhow::Result<Topology>>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let fleet = opts.fleet.clone();
     let backends = build_backends(&topology, id)?;
-    let state = Arc::new(NodeState::new(topology, id, backends, opts)?);
+    let state = Arc::new(NodeState::new(topology.clone(), id, backends, opts)?);
     let handle = NodeHandle::spawn(state, listener, tls)?;
+    let mut file = topology;
+    let member = fleet.as_ref().and_then(|f| fleet::join(f, &handle, &file));
+    let mut view = fleet.as_ref().map(|f| f.view());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             Some(next) = reloads.recv() => {
-                match next.and_then(|t| handle.reload(Arc::new(t))) {
-                    Ok(()) => tracing::info!("topology reloaded"),
+                let applied = next.and_then(|t| {
+                    let t = Arc::new(t);
+                    handle.reload(fleet::merged(&t, id, view.as_ref()))?;
+                    Ok(t)
+                });
+                match applied {
+                    Ok(t) => { file = t; tracing::info!("topology reloaded") }
                     Err(e) => tracing::error!(error = %cli::error_report(&e), "reload refused; keeping the running topology"),
                 }
             }
+            Some(()) = fleet::changed(view.as_mut()) => {
+                let next = fleet::merged(&file, id, view.as_ref());
+                if next.nodes != handle.current().topology.nodes {
+                    match handle.reload(next) {
+                        Ok(()) => tracing::info!(nodes = handle.current().topology.nodes.len(), "fleet changed: routing to the registered nodes"),
+                        Err(e) => tracing::error!(error = %cli::error_report(&e), "fleet change refused; keeping the running topology"),
+                    }
+                }
+            }
         }
+    }
+    if let Some(m) = member {
+        m.leave().await;
     }
     let grace = std::time::Duration::from_millis(handle.current().topology.gateway.drain_grace_ms);
     handle.drain(grace).await

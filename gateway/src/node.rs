@@ -33,6 +33,9 @@ pub struct NodeOptions {
     /// The process-wide Prometheus handle (series not of one node, such as the co-hosted geo
     /// DNS), rendered at `/metrics` after the node's own.
     pub metrics: Option<PrometheusHandle>,
+    /// The fleet registry (`[registry]`): answers of keyed calls are shared through it, and
+    /// [`crate::run_node`] registers the node and follows the other nodes.
+    pub fleet: Option<Arc<geofaas_fleet::Fleet>>,
 }
 
 /// The shared state of one gateway node.
@@ -177,7 +180,15 @@ impl NodeState {
                 || Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
                 |b| b.metrics.clone(),
             ),
-            idempotency: before.map(|b| b.idempotency.clone()).unwrap_or_default(),
+            idempotency: before.map_or_else(
+                || match &opts.fleet {
+                    Some(f) => Arc::new(crate::idempotency::IdempotencyCache::shared(
+                        f.calls().clone(),
+                    )),
+                    None => Arc::default(),
+                },
+                |b| b.idempotency.clone(),
+            ),
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
             opts,
             topology,
@@ -187,6 +198,27 @@ impl NodeState {
     /// Deadline of one call.
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.topology.gateway.call_timeout_ms)
+    }
+
+    /// Its queue, calls in flight and warm instances per function, for the fleet's load reports.
+    pub fn load(&self) -> geofaas_fleet::NodeLoad {
+        let max = self.topology.gateway.max_concurrent_calls.max(1);
+        let mut functions = std::collections::BTreeMap::new();
+        for f in &self.topology.functions {
+            for b in self.directory.backends() {
+                if let Some(s) = b.stats(&f.name) {
+                    let e: &mut geofaas_fleet::FunctionLoad =
+                        functions.entry(f.name.clone()).or_default();
+                    e.idle += s.idle;
+                    e.busy += s.busy;
+                }
+            }
+        }
+        geofaas_fleet::NodeLoad {
+            queued: self.queued.load(Ordering::Relaxed),
+            running: max.saturating_sub(self.admission.available_permits()),
+            functions,
+        }
     }
 
     /// Whether the node takes calls: not shutting down and at least one backend healthy.
@@ -210,6 +242,12 @@ pub struct Live(arc_swap::ArcSwap<NodeState>);
 impl std::fmt::Debug for Live {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Live").field(&self.current().id).finish()
+    }
+}
+
+impl geofaas_fleet::LoadSource for Live {
+    fn load(&self) -> geofaas_fleet::NodeLoad {
+        self.current().load()
     }
 }
 

@@ -78,6 +78,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         locator: Some(locator),
         probe_peers: true,
         metrics: install_metrics(),
+        fleet: None,
     };
     let mut nodes = Vec::new();
     for node in &topology.nodes {

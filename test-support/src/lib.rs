@@ -1,5 +1,6 @@
 //! Shared fakes and helpers for geofaas tests (never linked into the product).
 //!
+//! - [`etcd`]: a real etcd server on free ports, for the fleet tests;
 //! - [`memory`]: an in-memory function backend for router tests;
 //! - [`server`]: run an axum router on `127.0.0.1:0` and kill it, connections included;
 //! - [`tinyfaas`]: a protocol-faithful fake tinyFaaS (proxy + manager);
@@ -8,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod etcd;
 pub mod memory;
 pub mod openwhisk;
 pub mod peers;

@@ -7,6 +7,7 @@ mod cloud_only;
 mod cluster;
 mod dns_reload;
 mod errors;
+mod fleet;
 mod handover;
 mod http2;
 mod idempotency;

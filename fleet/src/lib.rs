@@ -1,0 +1,136 @@
+//! geofaas fleet: the node registry, load reports and shared call records on etcd
+//! (DESIGN.md §7, `docs/fleet.md`).
+//!
+//! [`Fleet::start`] connects (lazily) and follows everything under the registry prefix in the
+//! background ([`watcher`]); readers take the latest view from memory ([`Fleet::view`],
+//! [`Fleet::loads`], [`Fleet::calls`]) and never wait for etcd. [`Fleet::join`] registers a
+//! node ([`member`]). [`view::merge`] is the one place that decides which registered nodes
+//! join a topology. Keys, under `registry.prefix`:
+//!
+//! - `nodes/<id>`: a [`NodeRecord`], under the node's lease;
+//! - `load/<id>`: its latest [`LoadReport`], under the same lease;
+//! - `calls/<key>`: a shared `Idempotency-Key` answer, under a lease of its own (its TTL).
+//!
+//! The etcd client is generated from `proto/etcd.proto` at build time with a vendored protoc
+//! ([`etcd`]).
+
+#![forbid(unsafe_code)]
+
+pub mod calls;
+pub mod error;
+pub mod etcd;
+pub mod member;
+pub mod record;
+pub mod view;
+mod watcher;
+
+/// The generated etcd v3 messages and clients.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use geofaas_config::{RegistrySettings, Topology};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use calls::CallRecords;
+pub use error::FleetError;
+pub use etcd::Etcd;
+pub use member::{LoadSource, Member, Status};
+pub use record::{FunctionLoad, LoadReport, NodeLoad, NodeRecord};
+pub use view::{merge, FleetView, Refusal, Registered};
+
+/// A node's (or the DNS's) link to the registry.
+#[derive(Debug)]
+pub struct Fleet {
+    etcd: Etcd,
+    settings: RegistrySettings,
+    view: watch::Receiver<Arc<FleetView>>,
+    loads: watcher::Loads,
+    calls: Arc<CallRecords>,
+    watch_task: JoinHandle<()>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.watch_task.abort();
+    }
+}
+
+impl Fleet {
+    /// Starts following the registry of `settings` (needs a Tokio runtime; never waits for etcd).
+    pub fn start(settings: &RegistrySettings) -> Result<Arc<Self>, FleetError> {
+        let etcd = Etcd::connect(settings)?;
+        let (tx, view) = watch::channel(Arc::new(FleetView::default()));
+        let loads: watcher::Loads = Arc::new(RwLock::new(BTreeMap::new()));
+        let calls = Arc::new(CallRecords::new(
+            etcd.clone(),
+            &settings.prefix,
+            settings.call_record_max_bytes,
+            settings.call_record_ttl_s,
+        ));
+        let sinks = watcher::Sinks {
+            prefix: settings.prefix.clone(),
+            nodes: tx,
+            loads: loads.clone(),
+            calls: calls.clone(),
+        };
+        let watch_task = tokio::spawn(watcher::run(etcd.clone(), sinks));
+        Ok(Arc::new(Self {
+            etcd,
+            settings: settings.clone(),
+            view,
+            loads,
+            calls,
+            watch_task,
+        }))
+    }
+
+    /// The registered nodes now, and a receiver that wakes when they change.
+    pub fn view(&self) -> watch::Receiver<Arc<FleetView>> {
+        self.view.clone()
+    }
+
+    /// Each node's latest load report, leaving out those older than three report intervals.
+    pub fn loads(&self) -> BTreeMap<String, LoadReport> {
+        let stale = Duration::from_millis(self.settings.load_interval_ms.saturating_mul(3));
+        let loads = self.loads.read().unwrap_or_else(|p| p.into_inner());
+        loads
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() <= stale)
+            .map(|(id, (r, _))| (id.clone(), r.clone()))
+            .collect()
+    }
+
+    /// Shared call records.
+    pub fn calls(&self) -> &Arc<CallRecords> {
+        &self.calls
+    }
+
+    /// The etcd client (for `geofaas fleet ls`).
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// Registers `record` (checked against `file` and the registered nodes) and keeps it
+    /// registered, publishing `load` every `registry.load_interval_ms`.
+    pub fn join(
+        &self,
+        record: NodeRecord,
+        file: Arc<Topology>,
+        load: Arc<dyn LoadSource>,
+    ) -> Member {
+        Member::start(member::Joining {
+            etcd: self.etcd.clone(),
+            settings: self.settings.clone(),
+            record,
+            file,
+            load,
+        })
+    }
+}

@@ -1,0 +1,433 @@
+//! A fleet on a real etcd, every node a `geofaas node` process and the geo DNS a `geofaas dns`
+//! process queried with `dig`: nodes join one by one, a `kill -9` withdraws a node within its
+//! lease, a restarted node rejoins, an overlapping area is refused, a retry at the cloud gets
+//! the first answer of a call whose edge died, and a dead etcd leaves every node serving.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use geofaas_config::{AreaConfig, Topology};
+use geofaas_gateway::TlsMaterial;
+use geofaas_test_support::etcd::EtcdServer;
+use geofaas_test_support::peers::{free_port, require};
+
+const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
+/// The registration lease of the test fleet, in seconds (etcd runs with short elections).
+const LEASE_S: u64 = 2;
+const BERLIN: &str = "52.51,13.32";
+const POTSDAM: &str = "52.40,13.06";
+
+struct Fleet {
+    dir: tempfile::TempDir,
+    etcd: EtcdServer,
+    client: reqwest::Client,
+    dns_port: u16,
+    nodes: Vec<(String, Child)>,
+    ports: std::collections::HashMap<String, u16>,
+}
+
+/// The file's shared part: zone, TLS, registry, DNS, the functions, and the cloud.
+fn common(dir: &Path, etcd: &str, dns_port: u16, cloud_port: u16) -> String {
+    let functions = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/edge-functions");
+    format!(
+        r#"zone = "geofaas.test."
+[gateway]
+drain_grace_ms = 200
+[tls]
+cert = "{d}/cert.pem"
+key = "{d}/key.pem"
+ca = "{d}/ca.pem"
+[registry]
+etcd = ["{etcd}"]
+lease_ttl_s = {LEASE_S}
+load_interval_ms = 200
+[dns]
+listen = "127.0.0.1:{dns_port}"
+probe_interval_ms = 200
+
+[[function]]
+name = "counter"
+
+[[node]]
+id = "cloud"
+role = "cloud"
+location = {{ lat = 51.498593, lon = -0.176959 }}
+public_url = "https://127.0.0.13:{cloud_port}"
+listen = "127.0.0.13:{cloud_port}"
+[[node.backend]]
+kind = "local"
+functions_dir = "{f}"
+"#,
+        d = dir.display(),
+        f = functions.display(),
+    )
+}
+
+/// An edge's own `[[node]]` block with the area of `like` in the Berlin example.
+fn edge(id: &str, like: &str, ip: &str, port: u16) -> String {
+    let berlin: Topology = Topology::parse(
+        include_str!("../../../examples/berlin.toml"),
+        "berlin.toml",
+        Path::new("../examples"),
+    )
+    .unwrap();
+    let n = berlin.node(like).unwrap();
+    let Some(AreaConfig::Wkt(wkt)) = &n.area else {
+        panic!("{like} has a WKT area")
+    };
+    let functions = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/edge-functions");
+    format!(
+        "\n[[node]]\nid = \"{id}\"\nrole = \"edge\"\nlocation = {{ lat = {}, lon = {} }}\narea.wkt = \"{wkt}\"\npublic_url = \"https://{ip}:{port}\"\nlisten = \"{ip}:{port}\"\n[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
+        n.location.lat,
+        n.location.lon,
+        functions.display()
+    )
+}
+
+fn port_on(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Fleet {
+    async fn start() -> Option<Self> {
+        let etcd = require(EtcdServer::start().await)?;
+        let dir = tempfile::tempdir().unwrap();
+        let tls = TlsMaterial::generate(&[
+            "127.0.0.11".into(),
+            "127.0.0.12".into(),
+            "127.0.0.13".into(),
+            "127.0.0.14".into(),
+        ])
+        .unwrap();
+        std::fs::write(dir.path().join("cert.pem"), &tls.cert_pem).unwrap();
+        std::fs::write(dir.path().join("key.pem"), &tls.key_pem).unwrap();
+        std::fs::write(dir.path().join("ca.pem"), &tls.ca_pem).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap())
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let dns_port = free_port().unwrap();
+        let mut ports = std::collections::HashMap::new();
+        ports.insert("cloud".to_owned(), port_on("127.0.0.13"));
+        let mut f = Self {
+            dir,
+            etcd,
+            client,
+            dns_port,
+            nodes: Vec::new(),
+            ports,
+        };
+        // The DNS's file names the cloud only: the edges come from the registry.
+        let dns_file = f.dir.path().join("dns.toml");
+        std::fs::write(&dns_file, f.common()).unwrap();
+        let dns = Command::new(BIN)
+            .args(["dns", "--udp-sockets", "1", "--config"])
+            .arg(&dns_file)
+            .arg("--demo-mmdb")
+            .arg(f.dir.path().join("demo.mmdb"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(f.dir.path().join("dns.log")).unwrap())
+            .spawn()
+            .unwrap();
+        f.nodes.push(("dns".into(), dns));
+        Some(f)
+    }
+
+    fn common(&self) -> String {
+        common(
+            self.dir.path(),
+            self.etcd.url(),
+            self.dns_port,
+            self.ports["cloud"],
+        )
+    }
+
+    /// Starts node `id` (`cloud`, or an edge with `like`'s area on `ip`).
+    fn run(&mut self, id: &str, edge_of: Option<(&str, &str)>) {
+        let mut text = self.common();
+        if let Some((like, ip)) = edge_of {
+            let port = *self
+                .ports
+                .entry(id.to_owned())
+                .or_insert_with(|| port_on(ip));
+            text.push_str(&edge(id, like, ip, port));
+        }
+        let file = self.dir.path().join(format!("{id}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(id))
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(["node", "--node", id, "--config"])
+            .arg(&file)
+            .env("GEOFAAS_OFFLOAD_SECRET", "fleet test secret")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.nodes.push((id.to_owned(), child));
+    }
+
+    fn log_path(&self, id: &str) -> PathBuf {
+        self.dir.path().join(format!("{id}.log"))
+    }
+
+    fn log(&self, id: &str) -> String {
+        std::fs::read_to_string(self.log_path(id)).unwrap_or_default()
+    }
+
+    /// `kill -9` of node `id`.
+    fn kill(&mut self, id: &str) {
+        if let Some(i) = self.nodes.iter().position(|(n, _)| n == id) {
+            let (_, mut child) = self.nodes.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self, id: &str) -> String {
+        let ip = match id {
+            "tu-berlin" => "127.0.0.11",
+            "potsdam" => "127.0.0.12",
+            "cloud" => "127.0.0.13",
+            _ => "127.0.0.14",
+        };
+        format!("https://{ip}:{}", self.ports[id])
+    }
+
+    /// Where node `at` sends a client at `location` calling `counter`: `Some(node URL)` for a
+    /// 307, `Some("here")` when served, `None` when it does not answer.
+    async fn route(&self, at: &str, location: &str) -> Option<String> {
+        let r = self
+            .client
+            .post(format!("{}/fn/counter", self.url(at)))
+            .header("X-Client-Location", location)
+            .body("x")
+            .send()
+            .await
+            .ok()?;
+        if r.status() == 307 {
+            let loc = r.headers().get("location")?.to_str().ok()?;
+            return Some(loc.trim_end_matches("/fn/counter").to_owned());
+        }
+        r.status().is_success().then(|| "here".to_owned())
+    }
+
+    fn dig(&self, subnet: &str) -> String {
+        let out = Command::new("dig")
+            .args([
+                "@127.0.0.1",
+                "-p",
+                &self.dns_port.to_string(),
+                "gw.geofaas.test",
+                "A",
+            ])
+            .arg(format!("+subnet={subnet}"))
+            .args(["+short", "+time=1", "+tries=1"])
+            .output()
+            .expect("dig runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.nodes {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `check` every 50 ms until it returns true or `bound` has passed; returns how long it took.
+async fn within<F, Fut>(bound: Duration, mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > bound {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Berlin's and Potsdam's clients in the demo GeoIP database.
+const BERLIN_NET: &str = "192.0.2.1/24";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_die_rejoin_are_refused_and_survive_etcd() {
+    let Some(mut f) = Fleet::start().await else {
+        return;
+    };
+    // Start-up of a process (TLS, workers) is not what is measured: wait for the cloud first.
+    f.run("cloud", None);
+    let up = within(Duration::from_secs(20), || async {
+        f.route("cloud", BERLIN).await.is_some()
+    })
+    .await;
+    assert!(up.is_some(), "the cloud serves: {}", f.log("cloud"));
+
+    // Edges join one by one; the DNS and every gateway answer for each.
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let tu = f.url("tu-berlin");
+    let joined = within(Duration::from_secs(20), || async {
+        f.dig(BERLIN_NET) == "127.0.0.11" && f.route("cloud", BERLIN).await == Some(tu.clone())
+    })
+    .await;
+    assert!(joined.is_some(), "tu-berlin joined: {}", f.log("tu-berlin"));
+    eprintln!("tu-berlin answered by DNS and cloud {joined:?} after start");
+
+    f.run("potsdam", Some(("potsdam", "127.0.0.12")));
+    let pd = f.url("potsdam");
+    let joined = within(Duration::from_secs(20), || async {
+        f.route("cloud", POTSDAM).await == Some(pd.clone())
+            && f.route("tu-berlin", POTSDAM).await == Some(pd.clone())
+            && f.route("potsdam", BERLIN).await == Some(tu.clone())
+    })
+    .await;
+    assert!(joined.is_some(), "potsdam joined: {}", f.log("potsdam"));
+
+    // kill -9 of tu-berlin: withdrawn from DNS and from handovers within the lease time (plus
+    // the probes' and the watch's reaction, well under a second).
+    f.kill("tu-berlin");
+    let cloud = f.url("cloud");
+    let gone = within(Duration::from_secs(LEASE_S + 2), || async {
+        f.dig(BERLIN_NET) != "127.0.0.11" && f.route("potsdam", BERLIN).await == Some(cloud.clone())
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "tu-berlin withdrawn: DNS says {}",
+        f.dig(BERLIN_NET)
+    );
+    eprintln!("tu-berlin withdrawn {gone:?} after kill -9");
+    assert_eq!(
+        f.route("cloud", BERLIN).await.as_deref(),
+        Some("here"),
+        "the cloud serves Berlin itself"
+    );
+
+    // Restarted, it rejoins.
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let back = within(Duration::from_secs(20), || async {
+        f.dig(BERLIN_NET) == "127.0.0.11" && f.route("potsdam", BERLIN).await == Some(tu.clone())
+    })
+    .await;
+    assert!(back.is_some(), "tu-berlin rejoined: {}", f.log("tu-berlin"));
+
+    // A node claiming tu-berlin's hexagon is refused with the reason and serves alone.
+    f.run("copycat", Some(("tu-berlin", "127.0.0.14")));
+    let refused = within(Duration::from_secs(20), || async {
+        f.log("copycat").contains("not registered")
+    })
+    .await;
+    assert!(refused.is_some(), "copycat refused: {}", f.log("copycat"));
+    assert!(
+        f.log("copycat").contains("overlaps tu-berlin's"),
+        "{}",
+        f.log("copycat")
+    );
+    assert_eq!(
+        f.route("copycat", BERLIN).await.as_deref(),
+        Some("here"),
+        "it still serves alone"
+    );
+    assert_eq!(
+        f.route("cloud", BERLIN).await,
+        Some(tu.clone()),
+        "nobody hands clients to it"
+    );
+    let ls = Command::new(BIN)
+        .args(["fleet", "ls", "--etcd", f.etcd.url()])
+        .output()
+        .unwrap();
+    let ls = String::from_utf8_lossy(&ls.stdout).into_owned();
+    assert!(
+        ls.contains("tu-berlin") && ls.contains("potsdam") && !ls.contains("copycat"),
+        "{ls}"
+    );
+
+    // etcd dies: everyone keeps serving with the last view, past the lease time.
+    f.etcd.kill().await;
+    tokio::time::sleep(Duration::from_secs(LEASE_S + 1)).await;
+    assert_eq!(f.dig(BERLIN_NET), "127.0.0.11");
+    assert_eq!(f.route("cloud", BERLIN).await, Some(tu.clone()));
+    assert_eq!(f.route("tu-berlin", POTSDAM).await, Some(pd.clone()));
+    assert_eq!(f.route("potsdam", POTSDAM).await.as_deref(), Some("here"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_at_the_cloud_after_the_edge_died_gets_the_first_answer() {
+    let Some(mut f) = Fleet::start().await else {
+        return;
+    };
+    f.run("cloud", None);
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let tu = f.url("tu-berlin");
+    let joined = within(Duration::from_secs(20), || async {
+        f.route("cloud", BERLIN).await == Some(tu.clone())
+    })
+    .await;
+    assert!(joined.is_some(), "tu-berlin joined: {}", f.log("tu-berlin"));
+
+    let client = f.client.clone();
+    let call = |node: String| {
+        client
+            .post(format!("{node}/fn/counter"))
+            .header("X-Client-Location", BERLIN)
+            .header("Idempotency-Key", "order-42")
+            .body("pay")
+    };
+    let first = call(tu.clone()).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-served-by"], "tu-berlin");
+    let body = first.text().await.unwrap();
+    assert_eq!(body, "call 1: pay");
+    // The record reaches the cloud through etcd; then the edge dies.
+    let cloud = f.url("cloud");
+    let shared = within(Duration::from_secs(5), || async {
+        let etcd = geofaas_fleet::Etcd::connect(&geofaas_config::RegistrySettings::new(vec![f
+            .etcd
+            .url()
+            .parse()
+            .unwrap()]))
+        .unwrap();
+        etcd.range_prefix(b"/geofaas/calls/")
+            .await
+            .is_ok_and(|(kvs, _)| !kvs.is_empty())
+    })
+    .await;
+    assert!(shared.is_some(), "the call record is in etcd");
+    f.kill("tu-berlin");
+
+    let retry = call(cloud)
+        .header("X-Geofaas-Retry", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        retry.headers()["x-served-by"],
+        "tu-berlin",
+        "the first answer, not a run at the cloud"
+    );
+    assert_eq!(retry.text().await.unwrap(), body);
+}
