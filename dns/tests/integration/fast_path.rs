@@ -1,29 +1,12 @@
 //! The batched engine (fast path for the hot query, two `SO_REUSEPORT` sockets) against hickory-server's
 //! own UDP loop, byte for byte, over real sockets: the same datagrams to both servers, the same replies.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr};
 
 use geofaas_dns::UdpEngine;
 use hickory_proto::rr::RecordType;
-use tokio::net::UdpSocket;
 
 use crate::support::*;
-
-/// Sends `bytes` from `from` and returns the raw reply.
-async fn reply_bytes(server: SocketAddr, from: IpAddr, bytes: &[u8]) -> Vec<u8> {
-    let sock = UdpSocket::bind(SocketAddr::new(from, 0))
-        .await
-        .expect("bind client");
-    sock.send_to(bytes, server).await.expect("send");
-    let mut buf = vec![0u8; 4096];
-    let (n, _) = tokio::time::timeout(Duration::from_secs(5), sock.recv_from(&mut buf))
-        .await
-        .expect("a reply within 5 s")
-        .expect("recv");
-    buf.truncate(n);
-    buf
-}
 
 /// The queries: `gw` A and AAAA from three sources, without EDNS, with EDNS, with ECS of both families
 /// and several prefixes, with RD/CD/AD and DO; plus node names, the apex and a bad ECS option.

@@ -181,8 +181,8 @@ pub fn query_bytes(
     msg.to_vec().expect("encodes")
 }
 
-/// Sends raw bytes over UDP from `from` and decodes the reply.
-pub async fn exchange_raw(server: SocketAddr, from: IpAddr, bytes: &[u8]) -> Message {
+/// Sends raw bytes over UDP from `from` and returns the raw reply.
+pub async fn reply_bytes(server: SocketAddr, from: IpAddr, bytes: &[u8]) -> Vec<u8> {
     let sock = UdpSocket::bind(SocketAddr::new(from, 0))
         .await
         .expect("bind client");
@@ -192,7 +192,13 @@ pub async fn exchange_raw(server: SocketAddr, from: IpAddr, bytes: &[u8]) -> Mes
         .await
         .expect("a reply within 5 s")
         .expect("recv");
-    Message::from_vec(&buf[..n]).expect("reply decodes")
+    buf.truncate(n);
+    buf
+}
+
+/// Sends raw bytes over UDP from `from` and decodes the reply.
+pub async fn exchange_raw(server: SocketAddr, from: IpAddr, bytes: &[u8]) -> Message {
+    Message::from_vec(&reply_bytes(server, from, bytes).await).expect("reply decodes")
 }
 
 /// Queries over UDP from 127.0.0.1.
