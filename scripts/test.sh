@@ -35,5 +35,5 @@ fi
 # The whole suite (no arguments) also runs each libFuzzer target briefly (docs/security.md);
 # GEOFAAS_SKIP_FUZZ=1 leaves that out.
 if [ $# -eq 0 ] && [ "${GEOFAAS_SKIP_FUZZ:-0}" != 1 ]; then
-  scripts/fuzz.sh "${GEOFAAS_FUZZ_SECONDS:-10}"
+  FUZZ_SCRATCH=1 scripts/fuzz.sh "${GEOFAAS_FUZZ_SECONDS:-10}"
 fi
