@@ -71,11 +71,6 @@ impl PeerHealth {
         })
     }
 
-    /// Whether `node` answered its last probe.
-    pub fn is_up(&self, node: &str) -> bool {
-        self.table.is_healthy_id(node)
-    }
-
     /// `route` with a dead handover target replaced: an edge hands the client to the cloud, the
     /// cloud serves it.
     pub fn adjust<'a>(&self, route: Route<'a>, map: &'a ServiceMap, me: &str) -> Route<'a> {

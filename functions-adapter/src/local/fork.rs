@@ -107,7 +107,7 @@ impl ForkServer {
             *running = Some(self.start().await?);
         }
         let Some(r) = running.as_mut() else {
-            unreachable!("started above");
+            return Err(fork_failed("the server did not start"));
         };
         let token = format!("{:032x}", rand::random::<u128>());
         let pid = match fork(r, token.as_bytes()).await {
