@@ -6,14 +6,15 @@
 # (4 connections x 8 streams).
 #
 # Needs: valgrind, h2load, and what run.sh needs.
-# Usage: bench/gateway/instructions.sh [BINARY]      (env: N=3000, PRELOAD=lib.so for LD_PRELOAD)
+# Usage: bench/gateway/instructions.sh [BINARY]      (env: N=3000, PRELOAD=lib.so for LD_PRELOAD,
+#        KEEP=dir to keep the callgrind outputs, cg.out.1 = h1 and cg.out.2 = h2, for callgrind_annotate)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${1:-$HERE/../../target/release/geofaas}")
 N=${N:-3000}
 OUT=$(mktemp -d /tmp/geofaas-cg.XXXXXX)
-trap 'rm -rf "$OUT"' EXIT
+trap 'if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$OUT"/cg.out.* "$KEEP"/; fi; rm -rf "$OUT"' EXIT
 env_pre=""
 [[ -n "${PRELOAD:-}" ]] && env_pre="env LD_PRELOAD=$PRELOAD"
 printf '#!/bin/sh\nexec %s valgrind -q --tool=callgrind --callgrind-out-file=%s/cg.out %s "$@"\n' \

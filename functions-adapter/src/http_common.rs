@@ -89,7 +89,7 @@ pub(crate) fn transport_error(err: reqwest::Error) -> InvokeError {
     }
 }
 
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = err;
     while let Some(next) = cause.source() {
         cause = next;

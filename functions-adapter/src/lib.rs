@@ -19,6 +19,7 @@ pub mod lambda;
 pub mod local;
 pub mod openwhisk;
 pub mod tinyfaas;
+mod upstream;
 
 pub use breaker::{BreakerSettings, BreakerState, CircuitBreaker, Guarded};
 pub use error::{Fault, InvokeError};

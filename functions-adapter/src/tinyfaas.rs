@@ -19,11 +19,12 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use geofaas_config::function::valid_function_name;
 use geofaas_config::{FunctionConfig, TinyfaasBackend};
-use http::StatusCode;
+use http::{Method, StatusCode};
 use reqwest::Url;
 
 use crate::factory::BuildError;
 use crate::http_common::{self, Reply, PROBE_TIMEOUT};
+use crate::upstream::Upstream;
 use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
 
 /// Budget of a deploy (building the function's image can take a while).
@@ -32,7 +33,10 @@ const DEPLOY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Talks to one tinyFaaS node.
 #[derive(Debug)]
 pub struct TinyfaasAdapter {
+    /// Deploys, lists, probes, and calls when the proxy is not plain HTTP.
     client: reqwest::Client,
+    /// Calls to a plain-HTTP proxy (what tinyFaaS serves): the hot path.
+    calls: Option<Calls>,
     url: Url,
     manager_url: Url,
     timeout: Duration,
@@ -40,12 +44,39 @@ pub struct TinyfaasAdapter {
     markers: HashMap<String, String>,
 }
 
+/// The proxy's keep-alive connections, and the path every function name is appended to.
+#[derive(Debug)]
+struct Calls {
+    upstream: Upstream,
+    path: String,
+}
+
+impl Calls {
+    /// For an `http://` proxy URL (tinyFaaS speaks no TLS); `None` for anything else.
+    fn new(base: &Url) -> Option<Self> {
+        if base.scheme() != "http" || base.query().is_some() {
+            return None;
+        }
+        let host = match base.host()? {
+            url::Host::Ipv6(ip) => format!("[{ip}]"),
+            host => host.to_string(),
+        };
+        let upstream = Upstream::new(&host, base.port_or_known_default()?).ok()?;
+        Some(Self {
+            upstream,
+            path: base.path().to_owned(),
+        })
+    }
+}
+
 impl TinyfaasAdapter {
     /// An adapter for the node `cfg` describes; `functions` supply the failure markers.
     pub fn new(cfg: &TinyfaasBackend, functions: &[FunctionConfig]) -> Result<Self, BuildError> {
+        let url = http_common::base(&cfg.url);
         Ok(Self {
             client: http_common::client().map_err(BuildError::client)?,
-            url: http_common::base(&cfg.url),
+            calls: Calls::new(&url),
+            url,
             manager_url: http_common::base(&cfg.manager_url),
             timeout: Duration::from_millis(cfg.timeout_ms),
             fail_on_empty: cfg.fail_on_empty,
@@ -169,14 +200,35 @@ impl FunctionBackend for TinyfaasAdapter {
         if !valid_function_name(&call.function) {
             return Err(InvokeError::UnknownFunction(call.function));
         }
-        let url = Self::function_url(&self.url, &call.function)?;
-        let mut request = self.client.post(url).body(call.body.clone());
-        for (name, value) in http_common::forwardable(&call.headers) {
-            request = request.header(name, value);
-        }
         let budget = http_common::budget(&call, self.timeout);
         let started = Instant::now();
-        let reply = http_common::send(request, budget).await?;
+        let reply = match &self.calls {
+            Some(calls) => {
+                let mut path = String::with_capacity(calls.path.len() + call.function.len());
+                path.push_str(&calls.path);
+                path.push_str(&call.function);
+                let headers = http_common::forwardable(&call.headers);
+                calls
+                    .upstream
+                    .send(
+                        Method::POST,
+                        &path,
+                        headers,
+                        call.body,
+                        budget,
+                        http_common::MAX_REPLY_BYTES,
+                    )
+                    .await?
+            }
+            None => {
+                let url = Self::function_url(&self.url, &call.function)?;
+                let mut request = self.client.post(url).body(call.body.clone());
+                for (name, value) in http_common::forwardable(&call.headers) {
+                    request = request.header(name, value);
+                }
+                http_common::send(request, budget).await?
+            }
+        };
         self.classify(&call.function, reply, started)
     }
 

@@ -10,6 +10,7 @@ mod lambda_moto;
 mod lambda_serverless;
 mod openwhisk;
 mod tinyfaas;
+mod tinyfaas_connections;
 
 use std::time::Duration;
 

@@ -15,6 +15,7 @@ mod lifecycle;
 mod loadtest;
 mod offload;
 mod properties;
+mod proxy;
 mod router;
 mod scheduler;
 mod security;
