@@ -276,16 +276,16 @@ async fn offload_or(
     tracing::debug!(reason = reason.label(), "offloading to the cloud");
     let deadline = call.received + state.call_timeout();
     let remaining = deadline.saturating_duration_since(Instant::now());
-    match cloud
-        .forward(
-            &call.method,
-            &call.path_and_query,
-            &call.headers,
-            call.body,
-            remaining,
-        )
-        .await
-    {
+    // Boxed: the forward's future is large, and keeping it out of line keeps every call's
+    // future small (it is moved into place on each call).
+    let forward = Box::pin(cloud.forward(
+        &call.method,
+        &call.path_and_query,
+        &call.headers,
+        call.body,
+        remaining,
+    ));
+    match forward.await {
         Ok(answer) => Outcome::Offloaded { reason, answer },
         // A full edge whose cloud is unreachable sheds the call at once.
         Err(_) if reason == OffloadReason::Overloaded => Outcome::Failed(overloaded()),

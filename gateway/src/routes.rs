@@ -168,7 +168,7 @@ async fn handle_call(
     match idempotency_key {
         Some((key, request)) => {
             let run = async { invoke::run(&state, call).await.into_result() };
-            state.idempotency.run(key, request, run).await
+            Box::pin(state.idempotency.run(key, request, run)).await
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
     }
