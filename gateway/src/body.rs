@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -65,23 +65,40 @@ async fn read_all(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
         return Err(ApiError::body_too_large(limit));
     }
     let mut body = body;
-    let mut buf = BytesMut::with_capacity(announced.map_or(0, |n| n as usize));
+    // A body that arrives in one chunk (most calls) is passed on as it is, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::bad_body())?;
-        if let Ok(chunk) = frame.into_data() {
-            if buf.len() + chunk.len() > limit {
-                return Err(ApiError::body_too_large(limit));
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
+        let so_far = first.as_ref().map_or(0, Bytes::len) + buf.len();
+        if so_far + chunk.len() > limit {
+            return Err(ApiError::body_too_large(limit));
+        }
+        match first.take() {
+            None if buf.is_empty() => first = Some(chunk),
+            held => {
+                if let Some(held) = held {
+                    buf.reserve(
+                        announced
+                            .map_or(0, |n| n as usize)
+                            .max(held.len() + chunk.len()),
+                    );
+                    buf.extend_from_slice(&held);
+                }
+                buf.extend_from_slice(&chunk);
             }
-            buf.extend_from_slice(&chunk);
         }
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
-/// Middleware: after the inner service has answered, reads whatever it left of the request
-/// body to its end in a background task, at most the larger of `limit` and [`DRAIN_FLOOR`]
-/// bytes more, for at most [`DRAIN_TIMEOUT`].
-pub async fn finish_unread(State(limit): State<usize>, req: Request, next: Next) -> Response {
+/// Runs the inner service, then reads whatever it left of the request body to its end in a
+/// background task, at most the larger of `limit` and [`DRAIN_FLOOR`] bytes more, for at most
+/// [`DRAIN_TIMEOUT`].
+pub async fn finish_unread(limit: usize, req: Request, next: Next) -> Response {
     let slot = Arc::new(Mutex::new(None));
     let req = req.map(|inner| {
         Body::new(Tracked {
@@ -94,9 +111,15 @@ pub async fn finish_unread(State(limit): State<usize>, req: Request, next: Next)
     // A client too slow to send its body (408) is not waited for a second time.
     let slow = response.status() == axum::http::StatusCode::REQUEST_TIMEOUT;
     if let Some(body) = unread.filter(|_| !slow) {
-        tokio::spawn(drain(body, limit.max(DRAIN_FLOOR)));
+        finish(body, limit);
     }
     response
+}
+
+/// Reads a body nothing will read to its end in the background, within the same bounds as
+/// [`finish_unread`].
+pub fn finish(body: Body, limit: usize) {
+    tokio::spawn(drain(body, limit.max(DRAIN_FLOOR)));
 }
 
 /// Reads and discards `body` until it ends, `limit` bytes were read, or the time is up; the

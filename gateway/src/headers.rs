@@ -4,10 +4,7 @@
 //! The header names themselves live in [`geofaas_config::headers`], shared with the adapters
 //! and the load generator.
 
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use geofaas_config::headers::{is_forwarded, REQUEST_ID};
 
 use crate::error::ApiError;
@@ -58,18 +55,6 @@ fn too_large(message: String) -> ApiError {
         "headers_too_large",
         message,
     )
-}
-
-/// Middleware: answers `431` before any handler runs when the headers exceed the limits.
-pub async fn enforce_limits(
-    State(limits): State<HeaderLimits>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match check(req.headers(), limits) {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
-    }
 }
 
 /// The headers a function (and the cloud, on offload) may see.

@@ -390,9 +390,26 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
 /// Appends `d` in milliseconds with three decimals (`12.345`), as `{:.3}` would print it, with
 /// integer arithmetic: float formatting was the costliest part of building a response.
 fn push_ms(out: &mut String, d: Duration) {
-    use std::fmt::Write as _;
     let micros = (d.as_nanos() + 500) / 1000;
-    let _ = write!(out, "{}.{:03}", micros / 1000, micros % 1000);
+    let (ms, frac) = (micros / 1000, (micros % 1000) as u32);
+    let mut digits = [0u8; 40];
+    let mut at = digits.len();
+    let mut rest = ms;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for &b in &digits[at..] {
+        out.push(char::from(b));
+    }
+    out.push('.');
+    for div in [100, 10, 1] {
+        out.push(char::from(b'0' + (frac / div % 10) as u8));
+    }
 }
 
 #[cfg(test)]

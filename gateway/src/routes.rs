@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
-use axum::middleware::from_fn_with_state;
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use axum::{Extension, Json, Router};
@@ -25,7 +25,6 @@ use geofaas_config::function::valid_function_name;
 use geofaas_config::headers::{OFFLOAD, REQUEST_ID, RETRY, SERVED_BY};
 use geofaas_config::{LatLon, Role};
 use serde_json::json;
-use tower::ServiceBuilder;
 use tracing::Instrument as _;
 
 use crate::access::Caller;
@@ -51,12 +50,14 @@ pub fn router(state: Arc<NodeState>) -> Router {
 pub fn router_live(live: Arc<Live>) -> Router {
     let state = live.current();
     let settings = &state.topology.gateway;
-    let limits = HeaderLimits {
-        total: settings.max_header_bytes,
-        line: settings.max_header_line_bytes,
-        count: state.topology.limits.max_headers,
+    let limits = RequestLimits {
+        headers: HeaderLimits {
+            total: settings.max_header_bytes,
+            line: settings.max_header_line_bytes,
+            count: state.topology.limits.max_headers,
+        },
+        body: settings.max_body_bytes,
     };
-    let body_limit = settings.max_body_bytes;
     Router::new()
         .route("/fn/{name}", any(call_function))
         .route("/activations/{id}", get(activation))
@@ -67,13 +68,29 @@ pub fn router_live(live: Arc<Live>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(no_route)
         .with_state(live)
-        // Outermost first: every answer, the 431 included, leaves the unread body to
-        // `finish_unread`, so HTTP/2 clients get it instead of a reset stream.
-        .layer(
-            ServiceBuilder::new()
-                .layer(from_fn_with_state(body_limit, body::finish_unread))
-                .layer(from_fn_with_state(limits, headers::enforce_limits)),
-        )
+        .layer(from_fn_with_state(limits, guard))
+}
+
+/// Limits every request is held to before and around its handler.
+#[derive(Debug, Clone, Copy)]
+struct RequestLimits {
+    headers: HeaderLimits,
+    body: usize,
+}
+
+/// The one layer over every route: `431` when the headers are over the limits, else the
+/// handler; either way the body the answer left unread is finished in the background
+/// ([`body::finish_unread`]), so HTTP/2 clients get the answer instead of a reset stream.
+async fn guard(
+    State(limits): State<RequestLimits>,
+    req: Request<Body>,
+    next: Next,
+) -> Response<Body> {
+    if let Err(e) = headers::check(req.headers(), limits.headers) {
+        body::finish(req.into_body(), limits.body);
+        return e.into_response();
+    }
+    body::finish_unread(limits.body, req, next).await
 }
 
 /// `/fn/{name}`: one span per call (node, function, request id), and the id in the answer.
