@@ -18,6 +18,7 @@
 #        RESULTS=dir (keep raw outputs there; default a temp dir that is removed)
 #        BIN_BASE=path (also measure a second gateway build, reported as "gwbase", e.g. the build
 #        before a change: same run, same nginx reference)
+#        GW_LOG=filter (the gateways' RUST_LOG, default warn)
 #        HOLD_CMD='...' (instead of measuring, run this with $GW_PID $NGINX_PID $GW_URL $NGINX_URL set)
 set -euo pipefail
 
@@ -91,7 +92,7 @@ wait_for "http://127.0.0.1:$MANAGER_PORT/list"
 
 # --- the gateway ---
 fill "$HERE/topology.toml" > "$WORK/topology.toml"
-GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$PROXY_CPUS" \
+GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
   "$BIN" node --config "$WORK/topology.toml" --node edge 2> "$WORK/gateway.log" &
 PIDS+=($!); GW_PID=$!
 wait_for "https://127.0.0.1:$GW_PORT/healthz"
@@ -100,7 +101,7 @@ wait_for "https://127.0.0.1:$GW_PORT/healthz"
 PROXIES=(gateway nginx)
 if [[ -n "${BIN_BASE:-}" ]]; then
   sed -e "s|127.0.0.1:$GW_PORT|127.0.0.1:$GWBASE_PORT|g" "$WORK/topology.toml" > "$WORK/topology-base.toml"
-  GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$PROXY_CPUS" \
+  GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
     "$BIN_BASE" node --config "$WORK/topology-base.toml" --node edge 2> "$WORK/gateway-base.log" &
   PIDS+=($!); GWBASE_PID=$!
   wait_for "https://127.0.0.1:$GWBASE_PORT/healthz"

@@ -50,6 +50,8 @@ pub struct Call {
     pub received: Instant,
     /// Time spent deciding where to serve it.
     pub route_time: Duration,
+    /// The call's `X-Request-Id`, for the log lines it causes.
+    pub request_id: HeaderValue,
 }
 
 /// Why an edge sent a call to the cloud.
@@ -172,7 +174,7 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
         None => admit_queued(state, deadline).await,
     };
     let Some(permit) = permit else {
-        tracing::info!("at capacity: offloading");
+        tracing::info!(function = %call.function, request_id = ?call.request_id, "at capacity: offloading");
         return offload_or(state, call, OffloadReason::Overloaded, |_| overloaded()).await;
     };
     // Waiting for admission only; the decision below is reported as `sched`.
@@ -331,7 +333,7 @@ async fn try_backends(
         match result {
             Ok(out) => return Ok(out),
             Err(e) => {
-                tracing::warn!(backend = backend.kind(), error = %e, fault = ?e.fault(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+                tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
                 last = e;
             }
         }

@@ -117,7 +117,7 @@ impl CloudLink {
             req = req.header(name, value);
         }
         let resp = req.send().await.map_err(|e| {
-            tracing::warn!(error = %e, "offload to the cloud failed");
+            tracing::warn!(path = %path, error = %e, "offload to the cloud failed");
             let (status, code) = if e.is_timeout() {
                 (StatusCode::GATEWAY_TIMEOUT, "timeout")
             } else {
