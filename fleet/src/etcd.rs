@@ -207,7 +207,7 @@ impl Etcd {
             .await;
         let token = match answer {
             Ok(r) => r.token,
-            Err(Failure::Status(s)) if !is_unreachable(&s) => {
+            Err(Failure::Status(s)) if refuses_credentials(&s) => {
                 return Err(FleetError::Credentials(format!(
                     "etcd refused user {:?}: {} ({})",
                     auth.user,
@@ -455,11 +455,15 @@ impl Etcd {
     }
 }
 
-/// Whether `status` says etcd could not be reached (rather than that it refused).
-fn is_unreachable(status: &tonic::Status) -> bool {
+/// Whether `status`, the answer to an Authenticate, refuses the credentials (wrong user or
+/// password, or authentication off) rather than failing to reach etcd.
+fn refuses_credentials(status: &tonic::Status) -> bool {
     matches!(
         status.code(),
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        tonic::Code::InvalidArgument
+            | tonic::Code::FailedPrecondition
+            | tonic::Code::Unauthenticated
+            | tonic::Code::PermissionDenied
     )
 }
 

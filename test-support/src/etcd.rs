@@ -227,6 +227,41 @@ impl EtcdServer {
         &self.url
     }
 
+    /// Freezes etcd (SIGSTOP): connections stay open, nothing is answered (a slow etcd).
+    /// Returns once the kernel reports it stopped (at most 5 s).
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal("-STOP")?;
+        let pid = self.child.id().context("etcd has exited")?;
+        let status = format!("/proc/{pid}/status");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            if text
+                .lines()
+                .any(|l| l.starts_with("State:") && l.contains("T (stopped)"))
+            {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        bail!("etcd did not stop within 5 s")
+    }
+
+    /// Thaws etcd after [`Self::pause`] (SIGCONT).
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> anyhow::Result<()> {
+        let pid = self.child.id().context("etcd has exited")?;
+        let status = std::process::Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()?;
+        anyhow::ensure!(status.success(), "kill {sig} {pid}: {status}");
+        Ok(())
+    }
+
     /// Kills etcd with SIGKILL and waits for it to exit.
     pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
