@@ -8,12 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: the real clients the tests call with (curl for HTTP/1.1 and HTTP/2, dig, kdig)
-# and the real etcd the fleet tests start.
+# and the real etcd the fleet tests start (and freeze with kill -STOP).
 apt_pkgs=()
 command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v dig >/dev/null || apt_pkgs+=(dnsutils)
 command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
 command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
+# /usr/bin/kill (not the shell's builtin): the fleet tests freeze etcd with SIGSTOP.
+[ -x /usr/bin/kill ] || [ -x /bin/kill ] || apt_pkgs+=(procps)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   echo "== installing ${apt_pkgs[*]}"
   apt-get update -qq

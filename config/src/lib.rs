@@ -22,7 +22,7 @@ mod topology;
 pub use area::{Area, AreaConfig};
 pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
 pub use error::{ConfigError, ShapeError};
-pub use fleet::RegistrySettings;
+pub use fleet::{RegistrySettings, RegistryTls};
 pub use function::FunctionConfig;
 pub use location::{GeoLocator, LatLon, LocationError};
 pub use security::{ApiKeyConfig, AuthSettings, LimitSettings};

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::{ConfigError, LatLon, Role, Topology};
+use crate::{ConfigError, LatLon, RegistrySettings, Role, Topology};
 
 const BERLIN: &str = include_str!("../../examples/berlin.toml");
 
@@ -319,6 +319,37 @@ fn registry_section_has_defaults_and_clear_errors() {
             "registry.call_record_max_bytes",
             "1 MiB",
         ),
+        ("etcd = [\"https://a:1\"]", "registry.tls", "CA file"),
+        (
+            "etcd = [\"http://a:1\"]\n[registry.tls]\nca = \"ca.pem\"",
+            "registry.tls",
+            "https://",
+        ),
+        (
+            "etcd = [\"https://a:1\", \"http://b:1\"]",
+            "registry.etcd",
+            "all https://",
+        ),
+        (
+            "etcd = [\"https://a:1\"]\n[registry.tls]\nca = \"ca.pem\"\ncert = \"c.pem\"",
+            "registry.tls.key",
+            "needs its key",
+        ),
+        (
+            "etcd = [\"http://a:1\"]\nuser_env = \"ETCD_USER\"",
+            "registry.password_env",
+            "needs password_env",
+        ),
+        (
+            "etcd = [\"http://a:1\"]\nuser_env = \"etcd user\"\npassword_env = \"P\"",
+            "registry.user_env",
+            "environment variable",
+        ),
+        (
+            "etcd = [\"http://a:1\"]\ncall_record_wait_ms = 0",
+            "registry.call_record_wait_ms",
+            "at least 1",
+        ),
     ] {
         let err = invalid(&berlin_with(
             "[dns]",
@@ -335,4 +366,29 @@ fn registry_section_has_defaults_and_clear_errors() {
         err.to_string().contains("ttl"),
         "unknown field named: {err}"
     );
+}
+
+#[test]
+fn registry_tls_paths_are_relative_to_the_file_and_credentials_come_from_the_environment() {
+    let t = Topology::parse(
+        &berlin_with(
+            "[dns]",
+            "[registry]\netcd = [\"https://127.0.0.1:2379\"]\nuser_env = \"GEOFAAS_TEST_ETCD_U\"\npassword_env = \"GEOFAAS_TEST_ETCD_P\"\n[registry.tls]\nca = \"etcd/ca.pem\"\ncert = \"etcd/c.pem\"\nkey = \"etcd/k.pem\"\n\n[dns]",
+        ),
+        "fleet.toml",
+        Path::new("/srv/geofaas"),
+    )
+    .unwrap();
+    let r = t.registry.expect("registry section");
+    let tls = r.tls.as_ref().unwrap();
+    assert_eq!(tls.ca, Path::new("/srv/geofaas/etcd/ca.pem"));
+    assert_eq!(
+        tls.key.as_deref(),
+        Some(Path::new("/srv/geofaas/etcd/k.pem"))
+    );
+    // Unset variables are an error naming the field (this test owns these two names).
+    let (field, reason) = r.credentials().unwrap_err();
+    assert_eq!(field, "registry.user_env");
+    assert!(reason.contains("GEOFAAS_TEST_ETCD_U"), "{reason}");
+    assert_eq!(RegistrySettings::new(vec![]).credentials(), Ok(None));
 }

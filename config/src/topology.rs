@@ -327,6 +327,9 @@ impl Topology {
         })?;
         topo.source = source.to_owned();
         topo.base_dir = base_dir.to_owned();
+        if let Some(r) = &mut topo.registry {
+            r.resolve_paths(base_dir);
+        }
         topo.validate()?;
         Ok(topo)
     }

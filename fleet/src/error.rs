@@ -19,6 +19,17 @@ pub enum FleetError {
     /// etcd answered with an error status.
     #[error("etcd refused the request: {0}")]
     Etcd(String),
+    /// A `[registry]` setting that cannot be used (a TLS file, a credentials variable).
+    #[error("{field}: {reason}")]
+    Setting {
+        /// The field, e.g. `registry.tls.ca`.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// etcd refused the credentials (wrong user or password, or auth not enabled there).
+    #[error("etcd credentials refused: {0}")]
+    Credentials(String),
     /// A node may not register: its area overlaps a registered one's, or it is a second cloud.
     #[error("registration refused: {0}")]
     Refused(String),
@@ -33,11 +44,22 @@ impl FleetError {
 
 impl From<tonic::Status> for FleetError {
     fn from(s: tonic::Status) -> Self {
+        // The causes say what a bare "transport error" hides (refused, TLS handshake).
+        let mut text = s.message().to_owned();
+        let mut cause = std::error::Error::source(&s);
+        while let Some(c) = cause {
+            let c_text = c.to_string();
+            if !text.contains(&c_text) {
+                text = format!("{text}: {c_text}");
+            }
+            cause = c.source();
+        }
         match s.code() {
             tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                Self::Unavailable(s.message().to_owned())
+                Self::Unavailable(text)
             }
-            _ => Self::Etcd(format!("{:?}: {}", s.code(), s.message())),
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => Self::Credentials(text),
+            _ => Self::Etcd(format!("{:?}: {text}", s.code())),
         }
     }
 }

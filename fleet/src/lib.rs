@@ -38,7 +38,7 @@ use geofaas_config::{RegistrySettings, Topology};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use calls::CallRecords;
+pub use calls::{CallRecords, Shared};
 pub use error::FleetError;
 pub use etcd::Etcd;
 pub use member::{LoadSource, Member, Status};
@@ -68,17 +68,13 @@ impl Fleet {
         let etcd = Etcd::connect(settings)?;
         let (tx, view) = watch::channel(Arc::new(FleetView::default()));
         let loads: watcher::Loads = Arc::new(RwLock::new(BTreeMap::new()));
-        let calls = Arc::new(CallRecords::new(
-            etcd.clone(),
-            &settings.prefix,
-            settings.call_record_max_bytes,
-            settings.call_record_ttl_s,
-        ));
+        let calls = Arc::new(CallRecords::new(etcd.clone(), settings));
         let sinks = watcher::Sinks {
             prefix: settings.prefix.clone(),
             nodes: tx,
             loads: loads.clone(),
             calls: calls.clone(),
+            connected: calls.connected.clone(),
         };
         let watch_task = tokio::spawn(watcher::run(etcd.clone(), sinks));
         Ok(Arc::new(Self {
@@ -105,6 +101,14 @@ impl Fleet {
             .filter(|(_, (_, at))| at.elapsed() <= stale)
             .map(|(id, (r, _))| (id.clone(), r.clone()))
             .collect()
+    }
+
+    /// Whether the registry watch follows etcd now (false before the first read and while etcd
+    /// does not answer; call records are then kept on the node only).
+    pub fn is_following(&self) -> bool {
+        self.calls
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Shared call records.

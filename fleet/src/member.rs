@@ -39,6 +39,9 @@ pub enum Status {
     Registered(i64),
     /// Refused, with the reason; the node serves alone and checks again every third of the TTL.
     Refused(String),
+    /// Not registered because etcd did not answer or refused the request (credentials, TLS),
+    /// with the error; tried again every third of the TTL.
+    Failing(String),
 }
 
 pub(crate) struct Joining {
@@ -102,13 +105,19 @@ async fn run(j: Joining, stop: CancellationToken, status: watch::Sender<Status>)
             }
             Err(e) => {
                 let text = e.to_string();
-                if let FleetError::Refused(reason) = &e {
-                    status.send_replace(Status::Refused(reason.clone()));
-                }
+                match &e {
+                    FleetError::Refused(reason) => {
+                        status.send_replace(Status::Refused(reason.clone()))
+                    }
+                    _ => status.send_replace(Status::Failing(text.clone())),
+                };
                 if text != last_error {
                     match &e {
                         FleetError::Refused(_) => {
                             tracing::error!(node = %j.record.id, error = %text, "not registered: this node keeps serving alone")
+                        }
+                        FleetError::Credentials(_) | FleetError::Setting { .. } => {
+                            tracing::error!(node = %j.record.id, error = %text, "cannot register: fix the etcd credentials or TLS settings; serving meanwhile")
                         }
                         _ => {
                             tracing::warn!(error = %text, "cannot register yet: serving meanwhile")
@@ -125,11 +134,53 @@ async fn run(j: Joining, stop: CancellationToken, status: watch::Sender<Status>)
     }
 }
 
-/// Checks the node against the registered ones and puts its record under a new lease.
+/// How often a registration is tried again at once when another node registered between the
+/// read and the write (each try reads the registry anew, so a conflict ends in a refusal or a
+/// registration; the bound only stops a registry that changes without pause).
+const CONFLICT_RETRIES: usize = 8;
+
+/// Checks the node against the registered ones and puts its record under a new lease, in one
+/// transaction: the put happens only if no node record was created or changed since the read
+/// the check used, so two overlapping nodes joining at once cannot both get in.
 async fn register(j: &Joining) -> Result<i64, FleetError> {
-    let prefix = j.settings.prefix.as_bytes();
-    let nodes_prefix = [prefix, b"nodes/"].concat();
-    let (kvs, _) = j.etcd.range_prefix(&nodes_prefix).await?;
+    let nodes_prefix = format!("{}nodes/", j.settings.prefix).into_bytes();
+    let key = [nodes_prefix.as_slice(), j.record.id.as_bytes()].concat();
+    let (lease, _) = j.etcd.grant(j.settings.lease_ttl_s).await?;
+    let outcome = async {
+        for _ in 0..CONFLICT_RETRIES {
+            let (kvs, revision) = j.etcd.range_prefix(&nodes_prefix).await?;
+            check(j, kvs)?;
+            let mut record = j.record.clone();
+            record.registered_ms = now_ms();
+            let value =
+                serde_json::to_vec(&record).map_err(|e| FleetError::Etcd(e.to_string()))?;
+            let put = j
+                .etcd
+                .put_if_unchanged(&nodes_prefix, revision, key.clone(), value, lease)
+                .await?;
+            if put {
+                return Ok(());
+            }
+            tracing::debug!(node = %j.record.id, "the registry changed during the check: checking again");
+        }
+        Err(FleetError::Unavailable(
+            "the registry kept changing during the check".into(),
+        ))
+    }
+    .await;
+    match outcome {
+        Ok(()) => Ok(lease),
+        Err(e) => {
+            // The lease would expire anyway; revoking it keeps etcd tidy.
+            let _ = j.etcd.revoke(lease).await;
+            Err(e)
+        }
+    }
+}
+
+/// Checks the node against the registered nodes `kvs` and the file (the one rule: [`merge`]
+/// then [`crate::view::admit`]).
+fn check(j: &Joining, kvs: Vec<crate::pb::KeyValue>) -> Result<(), FleetError> {
     let mut view = FleetView {
         synced: true,
         ..Default::default()
@@ -149,18 +200,7 @@ async fn register(j: &Joining) -> Result<i64, FleetError> {
     file.nodes.retain(|n| n.id != j.record.id);
     let (others, _) = merge(&file, None, &view);
     crate::view::admit(&others, &j.record.to_node_config()).map_err(FleetError::Refused)?;
-    let (lease, _) = j.etcd.grant(j.settings.lease_ttl_s).await?;
-    let mut record = j.record.clone();
-    record.registered_ms = now_ms();
-    let value = serde_json::to_vec(&record).map_err(|e| FleetError::Etcd(e.to_string()))?;
-    j.etcd
-        .put(
-            [nodes_prefix.as_slice(), record.id.as_bytes()].concat(),
-            value,
-            lease,
-        )
-        .await?;
-    Ok(lease)
+    Ok(())
 }
 
 /// Renews `lease` and publishes load reports until something fails.

@@ -3,6 +3,7 @@
 //! etcd answers again. Readers never wait for etcd.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,8 @@ pub(crate) struct Sinks {
     pub nodes: watch::Sender<Arc<FleetView>>,
     pub loads: Loads,
     pub calls: Arc<CallRecords>,
+    /// Set while the watch follows etcd.
+    pub connected: Arc<AtomicBool>,
 }
 
 /// Follows the registry until the task is dropped.
@@ -34,6 +37,7 @@ pub(crate) async fn run(etcd: Etcd, sinks: Sinks) {
         match follow(&etcd, &sinks).await {
             Ok(()) => backoff = Duration::from_millis(100),
             Err(e) => {
+                sinks.connected.store(false, Ordering::Relaxed);
                 if !failing {
                     tracing::warn!(error = %e, "registry watch lost: serving with the last view until etcd answers");
                 }
@@ -70,6 +74,7 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
     publish(sinks, view.clone());
     tracing::debug!(nodes = view.nodes.len(), revision, "registry read");
     let mut events = Box::pin(etcd.watch_prefix(prefix, revision + 1).await?);
+    sinks.connected.store(true, Ordering::Relaxed);
     while let Some(resp) = events.next().await {
         let resp = resp?;
         if resp.canceled || resp.compact_revision > 0 {

@@ -1,8 +1,10 @@
 //! Which node serves which function: the one place that decides whether a call can run here.
 //!
 //! This node's own backends answer from their cached function lists. What the other nodes
-//! serve comes from the topology (backend `functions` lists) and, at an edge, from the cloud's
-//! `GET /functions`, fetched and cached for `gateway.peer_refresh_s`. A function this node does
+//! serve comes from the topology (backend `functions` lists), in a fleet from the registry (the
+//! functions each node's backends served when it registered, which replace the file's word),
+//! and, at an edge, from the cloud's `GET /functions`, fetched and cached for
+//! `gateway.peer_refresh_s`. A function this node does
 //! not serve is offloaded by an edge and is a `404` at the cloud (see [`crate::invoke`]).
 
 use std::collections::BTreeMap;
@@ -10,9 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::Topology;
+use geofaas_fleet::FleetView;
 use geofaas_functions::catalog::Catalog;
 use geofaas_functions::{FunctionBackend, InvokeError};
 use serde::Serialize;
+use tokio::sync::watch;
 
 use crate::offload::CloudLink;
 
@@ -23,6 +27,8 @@ pub struct Directory {
     declared: BTreeMap<String, Vec<String>>,
     /// The cloud's own list, at an edge that can reach it.
     cloud: Option<(CloudLink, Catalog)>,
+    /// The registry's records, in a fleet, and the nodes of the topology they may speak for.
+    registry: Option<(watch::Receiver<Arc<FleetView>>, Vec<String>)>,
 }
 
 impl std::fmt::Debug for Directory {
@@ -47,18 +53,27 @@ pub struct View {
 pub struct NodeView {
     /// Function names.
     pub functions: Vec<String>,
-    /// `topology` (backend `functions` lists) or `fetched` (the node's own `/functions`).
+    /// `topology` (backend `functions` lists), `registry` (the node's record in etcd) or
+    /// `fetched` (the node's own `/functions`).
     pub source: &'static str,
 }
 
 impl Directory {
-    /// The directory of node `me`; an edge passes its link to the cloud.
+    /// The directory of node `me`; an edge passes its link to the cloud, a node in a fleet the
+    /// registry's view.
     pub fn new(
         topology: &Topology,
         me: &str,
         backends: Vec<Arc<dyn FunctionBackend>>,
         cloud: Option<CloudLink>,
+        registry: Option<watch::Receiver<Arc<FleetView>>>,
     ) -> Self {
+        let others = topology
+            .nodes
+            .iter()
+            .filter(|n| n.id != me)
+            .map(|n| n.id.clone())
+            .collect();
         let declared = topology
             .nodes
             .iter()
@@ -76,6 +91,7 @@ impl Directory {
             backends,
             declared,
             cloud: cloud.map(|link| (link, Catalog::new(refresh))),
+            registry: registry.map(|view| (view, others)),
         }
     }
 
@@ -95,12 +111,18 @@ impl Directory {
         here
     }
 
-    /// Where functions run, for `GET /functions`.
-    pub async fn view(&self) -> View {
+    /// Functions this node's backends serve now (a backend that cannot list adds none).
+    pub async fn served_here(&self) -> Vec<String> {
         let mut served_here = Vec::new();
         for b in &self.backends {
             served_here.extend(b.list().await.unwrap_or_default());
         }
+        sorted(served_here)
+    }
+
+    /// Where functions run, for `GET /functions`.
+    pub async fn view(&self) -> View {
+        let served_here = self.served_here().await;
         let mut nodes: BTreeMap<String, NodeView> = self
             .declared
             .iter()
@@ -112,6 +134,20 @@ impl Directory {
                 (id.clone(), view)
             })
             .collect();
+        if let Some((view, others)) = &self.registry {
+            let view = view.borrow().clone();
+            for reg in view
+                .nodes
+                .values()
+                .filter(|r| others.contains(&r.record.id))
+            {
+                let listed = NodeView {
+                    functions: sorted(reg.record.functions.clone()),
+                    source: "registry",
+                };
+                nodes.insert(reg.record.id.clone(), listed);
+            }
+        }
         if let Some((link, catalog)) = &self.cloud {
             match catalog.get(|| fetch(link)).await {
                 Ok(list) => {
@@ -124,10 +160,7 @@ impl Directory {
                 Err(e) => tracing::debug!(error = %e, "cannot fetch the cloud's functions"),
             }
         }
-        View {
-            served_here: sorted(served_here),
-            nodes,
-        }
+        View { served_here, nodes }
     }
 }
 

@@ -9,8 +9,9 @@ use tokio::sync::watch;
 
 use crate::NodeHandle;
 
-/// Registers the node `handle` runs (its area and functions as it starts).
-pub(crate) fn join(
+/// Registers the node `handle` runs: its area as it starts and the functions its backends
+/// serve then.
+pub(crate) async fn join(
     fleet: &Arc<Fleet>,
     handle: &NodeHandle,
     file: &Arc<Topology>,
@@ -19,12 +20,7 @@ pub(crate) fn join(
     // `NodeState::new` checked that the node is in its topology.
     let node = state.topology.node(&state.id)?;
     let wkt = state.map.node(&state.id)?.area.to_wkt();
-    let functions = state
-        .topology
-        .functions
-        .iter()
-        .map(|f| f.name.clone())
-        .collect();
+    let functions = state.directory.served_here().await;
     let record = NodeRecord::of(node, wkt, functions);
     Some(fleet.join(record, file.clone(), handle.live_source()))
 }

@@ -8,10 +8,12 @@
 //! should use unique values such as UUIDs.
 //!
 //! In a fleet (`[registry]`), a kept answer whose body is at most `registry.call_record_max_bytes`
-//! is also shared through etcd ([`geofaas_fleet::CallRecords`]), so a retry at another node (the
-//! cloud, after the edge that ran the call died) gets the first answer. The lookup reads the
-//! node's in-memory copy of the shared records, never etcd; an answer that had no time to reach
-//! etcd before its node died is run again.
+//! is also shared through etcd ([`geofaas_fleet::CallRecords`]) before it is sent, so a retry at
+//! another node (the cloud, after the edge that ran the call died) gets the first answer. The
+//! answer waits at most `registry.call_record_wait_ms` for etcd; past that, or with etcd down,
+//! it goes out and the record stays here (logged), and a retry elsewhere runs the call again.
+//! Lookups read the node's in-memory copy of the shared records; a client's retry at the cloud
+//! that finds nothing there asks etcd once (the watch may not have brought the record yet).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -117,9 +119,14 @@ impl IdempotencyCache {
         }
     }
 
-    /// The answer another node shared for `key`, if its record parses.
-    fn shared_answer(&self, key: &str) -> Option<Stored> {
-        let raw = self.shared.as_ref()?.get(key)?;
+    /// The answer another node shared for `key`, if its record parses; `ask_etcd` looks in
+    /// etcd too when the node's copy has none.
+    async fn shared_answer(&self, key: &str, ask_etcd: bool) -> Option<Stored> {
+        let records = self.shared.as_ref()?;
+        let raw = match ask_etcd {
+            true => records.fetch(key).await?,
+            false => records.get(key)?,
+        };
         let rec: SharedRecord = serde_json::from_slice(&raw).ok()?;
         use base64::Engine;
         let body = base64::engine::general_purpose::STANDARD
@@ -137,8 +144,9 @@ impl IdempotencyCache {
         })
     }
 
-    /// Shares `stored` (when small enough) for a retry at another node.
-    fn share(&self, key: &str, stored: &Stored) {
+    /// Shares `stored` (when small enough) for a retry at another node; returns once etcd has
+    /// it or after the bounded wait ([`geofaas_fleet::CallRecords::put`]).
+    async fn share(&self, key: &str, stored: &Stored) {
         let Some(records) = &self.shared else { return };
         if stored.body.len() > records.max_bytes() {
             return;
@@ -155,22 +163,26 @@ impl IdempotencyCache {
             request: stored.request,
         };
         if let Ok(bytes) = serde_json::to_vec(&rec) {
-            records.put(key, bytes);
+            records.put(key, bytes).await;
         }
     }
 
     /// Runs `call` unless an answer for `key` is kept (or being made), and returns that answer.
+    /// `retry` marks a client's retry at another node: a shared answer is then also looked up
+    /// in etcd. In a fleet the answer is returned only once its record is shared (or the wait
+    /// for etcd is over).
     pub async fn run(
         &self,
         key: String,
         request: u64,
+        retry: bool,
         call: impl std::future::Future<Output = Result<Response<Body>, ApiError>>,
     ) -> Result<Response<Body>, ApiError> {
         let ran = AtomicBool::new(false);
         let result = self
             .answers
             .try_get_with(key.clone(), async {
-                if let Some(stored) = self.shared_answer(&key) {
+                if let Some(stored) = self.shared_answer(&key, retry).await {
                     return Ok(Arc::new(stored));
                 }
                 ran.store(true, Ordering::Relaxed);
@@ -178,7 +190,9 @@ impl IdempotencyCache {
                 if stored.status.is_server_error() {
                     return Err(Unkept::ServerError(stored));
                 }
-                self.share(&key, &stored);
+                // Before the answer leaves: an edge killed right after answering leaves its
+                // record behind for the retry at the cloud.
+                self.share(&key, &stored).await;
                 Ok(Arc::new(stored))
             })
             .await;

@@ -207,7 +207,10 @@ pub async fn run_node(
     let state = Arc::new(NodeState::new(topology.clone(), id, backends, opts)?);
     let handle = NodeHandle::spawn(state, listener, tls)?;
     let mut file = topology;
-    let member = fleet.as_ref().and_then(|f| fleet::join(f, &handle, &file));
+    let member = match &fleet {
+        Some(f) => fleet::join(f, &handle, &file).await,
+        None => None,
+    };
     let mut view = fleet.as_ref().map(|f| f.view());
     tokio::pin!(shutdown);
     loop {

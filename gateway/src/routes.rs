@@ -190,7 +190,8 @@ async fn handle_call(
     match idempotency_key {
         Some((key, request)) => {
             let run = async { invoke::run(&state, call).await.into_result() };
-            Box::pin(state.idempotency.run(key, request, run)).await
+            let retry = retried_at_the_cloud(&state, &parts.headers);
+            Box::pin(state.idempotency.run(key, request, retry, run)).await
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
     }

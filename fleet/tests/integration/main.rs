@@ -1,12 +1,14 @@
-//! The fleet crate against a real etcd: nodes join and leave, an overlapping area is refused,
-//! load reports and call records reach the other readers, and a dead etcd leaves the last view.
+//! The fleet crate against a real etcd: nodes join and leave, an overlapping area is refused
+//! (also when two overlapping nodes join at the same moment), load reports and call records
+//! reach the other readers, a node joins over TLS with credentials (wrong ones are named), and
+//! a dead etcd leaves the last view.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::{RegistrySettings, Topology};
-use geofaas_fleet::{Fleet, LoadSource, NodeLoad, NodeRecord, Status};
+use geofaas_fleet::{Fleet, FleetError, LoadSource, NodeLoad, NodeRecord, Shared, Status};
 use geofaas_test_support::etcd::EtcdServer;
 use geofaas_test_support::peers::require;
 
@@ -27,6 +29,14 @@ fn berlin() -> Topology {
 
 fn settings(etcd: &EtcdServer) -> RegistrySettings {
     let mut s = RegistrySettings::new(vec![etcd.url().parse().unwrap()]);
+    if let Some(files) = etcd.tls() {
+        s.tls = Some(geofaas_config::RegistryTls {
+            ca: files.ca.clone(),
+            cert: Some(files.cert.clone()),
+            key: Some(files.key.clone()),
+            domain: None,
+        });
+    }
     s.lease_ttl_s = 2;
     s.load_interval_ms = 100;
     s
@@ -119,12 +129,24 @@ async fn call_records_are_shared_and_a_dead_etcd_leaves_the_last_view() {
     let reader = Fleet::start(&s).unwrap();
     let writer = Fleet::start(&s).unwrap();
     let _a = writer.join(record(&t, "tu-berlin"), t.clone(), Arc::new(Idle));
-    assert!(writer.calls().put("echo\nkey-1", b"first answer".to_vec()));
-    assert!(
-        !writer
+    assert!(eventually(Duration::from_secs(5), || writer.is_following()).await);
+    // `put` returns once the record is in etcd: a read straight after finds it.
+    assert_eq!(
+        writer
             .calls()
-            .put("echo\nbig", vec![0; s.call_record_max_bytes + 1]),
-        "too large to share"
+            .put("echo\nkey-1", b"first answer".to_vec())
+            .await,
+        Shared::Written
+    );
+    let etcd_client = geofaas_fleet::Etcd::connect(&s).unwrap();
+    let (kvs, _) = etcd_client.range_prefix(b"/geofaas/calls/").await.unwrap();
+    assert_eq!(kvs.len(), 1, "the record is in etcd when put returns");
+    assert_eq!(
+        writer
+            .calls()
+            .put("echo\nbig", vec![0; s.call_record_max_bytes + 1])
+            .await,
+        Shared::TooLarge
     );
     assert!(
         eventually(Duration::from_secs(5), || reader
@@ -138,6 +160,14 @@ async fn call_records_are_shared_and_a_dead_etcd_leaves_the_last_view() {
         b"first answer"
     );
     assert!(reader.calls().get("echo\nbig").is_none());
+
+    // A frozen (slow) etcd: the record waits `call_record_wait_ms` at most, then stays local.
+    etcd.pause().unwrap();
+    let put = writer.calls().put("echo\nslow", b"kept".to_vec());
+    let put = tokio::time::timeout(Duration::from_secs(5), put).await;
+    etcd.resume().unwrap();
+    assert_eq!(put, Ok(Shared::Local), "bounded wait, then local only");
+    assert!(writer.calls().get("echo\nslow").is_some(), "kept here");
     assert!(eventually(Duration::from_secs(5), || ids(&reader) == ["tu-berlin"]).await);
 
     etcd.kill().await;
@@ -145,4 +175,201 @@ async fn call_records_are_shared_and_a_dead_etcd_leaves_the_last_view() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(ids(&reader), ["tu-berlin"]);
     assert!(reader.calls().get("echo\nkey-1").is_some());
+    // With etcd gone a record is kept locally, without waiting for etcd once the watch knows.
+    assert!(eventually(Duration::from_secs(10), || !writer.is_following()).await);
+    assert_eq!(
+        writer.calls().put("echo\nkey-2", b"later".to_vec()).await,
+        Shared::Local
+    );
+    assert!(writer.calls().get("echo\nkey-2").is_some(), "kept here");
+}
+
+/// Two nodes claiming the same hexagon join at the same moment, each through its own client:
+/// the check and the put are one transaction, so exactly one gets in and the other is refused
+/// with the reason and keeps checking (it stays out). Five rounds, each under its own prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_overlapping_nodes_joining_at_once_exactly_one_gets_in() {
+    let Some(etcd) = require(EtcdServer::start().await) else {
+        return;
+    };
+    let t = Arc::new(berlin());
+    for round in 0..5 {
+        let mut s = settings(&etcd);
+        s.prefix = format!("/race-{round}/");
+        let reader = Fleet::start(&s).unwrap();
+        let (fa, fb) = (Fleet::start(&s).unwrap(), Fleet::start(&s).unwrap());
+        let (ra, rb) = (record(&t, "tu-berlin"), {
+            let mut r = record(&t, "tu-berlin");
+            r.id = "copycat".into();
+            r
+        });
+        let mut file_b = (*t).clone();
+        file_b.nodes.retain(|n| n.id != "tu-berlin");
+        let a = fa.join(ra, t.clone(), Arc::new(Idle));
+        let b = fb.join(rb, Arc::new(file_b), Arc::new(Idle));
+        let settled = |s: &Status| matches!(s, Status::Registered(_) | Status::Refused(_));
+        let (mut sa, mut sb) = (a.status(), b.status());
+        let bound = Duration::from_secs(5);
+        let sa = tokio::time::timeout(bound, sa.wait_for(settled)).await;
+        let sb = tokio::time::timeout(bound, sb.wait_for(settled)).await;
+        let (sa, sb) = (sa.unwrap().unwrap().clone(), sb.unwrap().unwrap().clone());
+        let (winner, reason) = match (&sa, &sb) {
+            (Status::Registered(_), Status::Refused(r)) => ("tu-berlin", r.clone()),
+            (Status::Refused(r), Status::Registered(_)) => ("copycat", r.clone()),
+            other => panic!("round {round}: exactly one must get in, got {other:?}"),
+        };
+        let loser = if winner == "tu-berlin" {
+            "copycat"
+        } else {
+            "tu-berlin"
+        };
+        assert!(
+            reason.contains(&format!("overlaps {winner}'s")),
+            "round {round}: {reason}"
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || ids(&reader) == [winner]).await,
+            "round {round}: {:?}",
+            ids(&reader)
+        );
+        // The loser keeps running alone: its next check (a third of the lease TTL later) is a
+        // refusal again, and it is still not in the registry.
+        let mut again = if winner == "tu-berlin" {
+            b.status()
+        } else {
+            a.status()
+        };
+        again.borrow_and_update();
+        tokio::time::timeout(bound, again.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(*again.borrow(), Status::Refused(_)),
+            "round {round}: {loser} stays refused"
+        );
+        assert_eq!(ids(&reader), [winner], "round {round}");
+        a.leave().await;
+        b.leave().await;
+    }
+}
+
+/// The env variable names of one test (each test owns its names; nextest runs tests apart).
+fn credentials_in_env(settings: &mut RegistrySettings, tag: &str, user: &str, password: &str) {
+    let (u, p) = (
+        format!("GEOFAAS_TEST_{tag}_USER"),
+        format!("GEOFAAS_TEST_{tag}_PASSWORD"),
+    );
+    std::env::set_var(&u, user);
+    std::env::set_var(&p, password);
+    settings.user_env = Some(u);
+    settings.password_env = Some(p);
+}
+
+/// etcd over TLS (client certificates required) with authentication on: a node joins with the
+/// right user and password from the environment; a wrong password gets an error that names the
+/// user and where the credentials came from, and no registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_over_tls_with_credentials_and_wrong_ones_are_refused_clearly() {
+    let Some(etcd) = require(EtcdServer::start_tls().await) else {
+        return;
+    };
+    etcd.enable_auth("root secret", "edge", "edge secret", "/geofaas/")
+        .await
+        .unwrap();
+    let files = etcd.tls().unwrap().clone();
+    let mut s = settings(&etcd);
+    s.tls = Some(geofaas_config::RegistryTls {
+        ca: files.ca.clone(),
+        cert: Some(files.cert.clone()),
+        key: Some(files.key.clone()),
+        domain: None,
+    });
+    let mut good = s.clone();
+    credentials_in_env(&mut good, "TLS_GOOD", "edge", "edge secret");
+    let t = Arc::new(berlin());
+    let reader = Fleet::start(&good).unwrap();
+    let writer = Fleet::start(&good).unwrap();
+    let member = writer.join(record(&t, "tu-berlin"), t.clone(), Arc::new(Idle));
+    assert!(
+        eventually(Duration::from_secs(5), || ids(&reader) == ["tu-berlin"]).await,
+        "joined over TLS with credentials: {:?}",
+        *member.status().borrow()
+    );
+
+    let mut bad = s.clone();
+    credentials_in_env(&mut bad, "TLS_BAD", "edge", "not the password");
+    let err = geofaas_fleet::Etcd::connect(&bad)
+        .unwrap()
+        .range_prefix(b"/geofaas/")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FleetError::Credentials(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"edge\"") && text.contains("GEOFAAS_TEST_TLS_BAD_PASSWORD"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("not the password"),
+        "no password in errors: {text}"
+    );
+    let intruder = Fleet::start(&bad).unwrap();
+    let pd = intruder.join(record(&t, "potsdam"), t.clone(), Arc::new(Idle));
+    let mut pd_status = pd.status();
+    let failing = tokio::time::timeout(
+        Duration::from_secs(5),
+        pd_status.wait_for(|s| matches!(s, Status::Failing(_))),
+    )
+    .await;
+    let Status::Failing(why) = failing.unwrap().unwrap().clone() else {
+        unreachable!()
+    };
+    assert!(why.contains("credentials refused"), "{why}");
+    assert_eq!(ids(&reader), ["tu-berlin"], "not registered");
+    pd.leave().await;
+
+    // Without credentials etcd refuses too; without the client certificate TLS does.
+    let mut no_cert = good.clone();
+    if let Some(tls) = &mut no_cert.tls {
+        tls.cert = None;
+        tls.key = None;
+    }
+    let err = geofaas_fleet::Etcd::connect(&no_cert)
+        .unwrap()
+        .range_prefix(b"/geofaas/")
+        .await
+        .unwrap_err();
+    assert!(!matches!(err, FleetError::Credentials(_)), "{err}");
+    member.leave().await;
+}
+
+/// Settings that cannot work are errors naming the field, before any connection.
+#[test]
+fn unusable_tls_files_and_unset_variables_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = RegistrySettings::new(vec!["https://127.0.0.1:1".parse().unwrap()]);
+    s.tls = Some(geofaas_config::RegistryTls {
+        ca: dir.path().join("missing.pem"),
+        cert: None,
+        key: None,
+        domain: None,
+    });
+    let err = geofaas_fleet::Etcd::connect(&s).unwrap_err().to_string();
+    assert!(err.starts_with("registry.tls.ca: cannot read"), "{err}");
+    std::fs::write(dir.path().join("junk.pem"), "not a certificate").unwrap();
+    s.tls.as_mut().unwrap().ca = dir.path().join("junk.pem");
+    let err = geofaas_fleet::Etcd::connect(&s).unwrap_err().to_string();
+    assert!(
+        err.starts_with("registry.tls.ca:") && err.contains("no PEM"),
+        "{err}"
+    );
+    let mut s = RegistrySettings::new(vec!["http://127.0.0.1:1".parse().unwrap()]);
+    s.user_env = Some("GEOFAAS_TEST_UNSET_USER_VARIABLE".into());
+    s.password_env = Some("GEOFAAS_TEST_UNSET_PASSWORD_VARIABLE".into());
+    let err = geofaas_fleet::Etcd::connect(&s).unwrap_err().to_string();
+    assert!(
+        err.starts_with("registry.user_env:") && err.contains("GEOFAAS_TEST_UNSET_USER_VARIABLE"),
+        "{err}"
+    );
 }

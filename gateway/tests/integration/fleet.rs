@@ -1,7 +1,9 @@
 //! A fleet on a real etcd, every node a `geofaas node` process and the geo DNS a `geofaas dns`
 //! process queried with `dig`: nodes join one by one, a `kill -9` withdraws a node within its
 //! lease, a restarted node rejoins, an overlapping area is refused, a retry at the cloud gets
-//! the first answer of a call whose edge died, and a dead etcd leaves every node serving.
+//! the first answer of a call whose edge died right after answering, a dead etcd leaves every
+//! node serving, and nodes join an etcd with TLS and authentication (wrong credentials are an
+//! error naming the user, and that node serves alone).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -25,10 +27,15 @@ struct Fleet {
     dns_port: u16,
     nodes: Vec<(String, Child)>,
     ports: std::collections::HashMap<String, u16>,
+    /// Lines added to `[registry]` (TLS, credentials' variables).
+    registry: String,
+    /// Environment of every process (the credentials).
+    env: Vec<(String, String)>,
 }
 
-/// The file's shared part: zone, TLS, registry, DNS, the functions, and the cloud.
-fn common(dir: &Path, etcd: &str, dns_port: u16, cloud_port: u16) -> String {
+/// The file's shared part: zone, TLS, registry (with `registry` added), DNS, the functions,
+/// and the cloud.
+fn common(dir: &Path, etcd: &str, registry: &str, dns_port: u16, cloud_port: u16) -> String {
     let functions = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/edge-functions");
     format!(
         r#"zone = "geofaas.test."
@@ -42,6 +49,7 @@ ca = "{d}/ca.pem"
 etcd = ["{etcd}"]
 lease_ttl_s = {LEASE_S}
 load_interval_ms = 200
+{registry}
 [dns]
 listen = "127.0.0.1:{dns_port}"
 probe_interval_ms = 200
@@ -96,6 +104,30 @@ fn port_on(ip: &str) -> u16 {
 impl Fleet {
     async fn start() -> Option<Self> {
         let etcd = require(EtcdServer::start().await)?;
+        Some(Self::with(etcd, String::new(), Vec::new()))
+    }
+
+    /// A fleet on an etcd with TLS and authentication: user `edge` (password `edge secret`).
+    async fn start_secured() -> Option<Self> {
+        let etcd = require(EtcdServer::start_tls().await)?;
+        etcd.enable_auth("root secret", "edge", "edge secret", "/geofaas/")
+            .await
+            .unwrap();
+        let files = etcd.tls().unwrap();
+        let registry = format!(
+            "user_env = \"ETCD_USER\"\npassword_env = \"ETCD_PASSWORD\"\n[registry.tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
+        let env = vec![
+            ("ETCD_USER".to_owned(), "edge".to_owned()),
+            ("ETCD_PASSWORD".to_owned(), "edge secret".to_owned()),
+        ];
+        Some(Self::with(etcd, registry, env))
+    }
+
+    fn with(etcd: EtcdServer, registry: String, env: Vec<(String, String)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let tls = TlsMaterial::generate(&[
             "127.0.0.11".into(),
@@ -123,6 +155,8 @@ impl Fleet {
             dns_port,
             nodes: Vec::new(),
             ports,
+            registry,
+            env,
         };
         // The DNS's file names the cloud only: the edges come from the registry.
         let dns_file = f.dir.path().join("dns.toml");
@@ -132,19 +166,21 @@ impl Fleet {
             .arg(&dns_file)
             .arg("--demo-mmdb")
             .arg(f.dir.path().join("demo.mmdb"))
+            .envs(f.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(f.dir.path().join("dns.log")).unwrap())
             .spawn()
             .unwrap();
         f.nodes.push(("dns".into(), dns));
-        Some(f)
+        f
     }
 
     fn common(&self) -> String {
         common(
             self.dir.path(),
             self.etcd.url(),
+            &self.registry,
             self.dns_port,
             self.ports["cloud"],
         )
@@ -152,6 +188,12 @@ impl Fleet {
 
     /// Starts node `id` (`cloud`, or an edge with `like`'s area on `ip`).
     fn run(&mut self, id: &str, edge_of: Option<(&str, &str)>) {
+        let env = self.env.clone();
+        self.run_with(id, edge_of, &env);
+    }
+
+    /// [`Fleet::run`] with this environment.
+    fn run_with(&mut self, id: &str, edge_of: Option<(&str, &str)>, env: &[(String, String)]) {
         let mut text = self.common();
         if let Some((like, ip)) = edge_of {
             let port = *self
@@ -171,6 +213,7 @@ impl Fleet {
             .args(["node", "--node", id, "--config"])
             .arg(&file)
             .env("GEOFAAS_OFFLOAD_SECRET", "fleet test secret")
+            .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -386,6 +429,26 @@ async fn a_retry_at_the_cloud_after_the_edge_died_gets_the_first_answer() {
     })
     .await;
     assert!(joined.is_some(), "tu-berlin joined: {}", f.log("tu-berlin"));
+    // The cloud's directory knows what tu-berlin serves from its registry record (its file
+    // names no tu-berlin at all).
+    let listed: serde_json::Value = f
+        .client
+        .get(format!("{}/functions", f.url("cloud")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["nodes"]["tu-berlin"]["source"], "registry",
+        "{listed}"
+    );
+    assert_eq!(
+        listed["nodes"]["tu-berlin"]["functions"],
+        serde_json::json!(["counter", "flaky", "slow"]),
+        "{listed}"
+    );
 
     let client = f.client.clone();
     let call = |node: String| {
@@ -400,24 +463,41 @@ async fn a_retry_at_the_cloud_after_the_edge_died_gets_the_first_answer() {
     assert_eq!(first.headers()["x-served-by"], "tu-berlin");
     let body = first.text().await.unwrap();
     assert_eq!(body, "call 1: pay");
-    // The record reaches the cloud through etcd; then the edge dies.
     let cloud = f.url("cloud");
-    let shared = within(Duration::from_secs(5), || async {
-        let etcd = geofaas_fleet::Etcd::connect(&geofaas_config::RegistrySettings::new(vec![f
-            .etcd
-            .url()
-            .parse()
-            .unwrap()]))
-        .unwrap();
-        etcd.range_prefix(b"/geofaas/calls/")
-            .await
-            .is_ok_and(|(kvs, _)| !kvs.is_empty())
-    })
-    .await;
-    assert!(shared.is_some(), "the call record is in etcd");
+    let cloud_count = |key: &'static str| {
+        let req = client
+            .post(format!("{cloud}/fn/counter"))
+            .header("X-Client-Location", BERLIN)
+            .header("X-Geofaas-Retry", "1")
+            .header("Idempotency-Key", key)
+            .body("pay");
+        async move {
+            let text = req.send().await.unwrap().text().await.unwrap();
+            let n = text.strip_prefix("call ").and_then(|t| t.split(':').next());
+            n.and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("a counter answer: {text}"))
+        }
+    };
+    let before = cloud_count("probe-1").await;
+    // The edge dies right after answering: no time for a write after the answer.
     f.kill("tu-berlin");
+    // The record was in etcd before the answer: one read now finds it (no waiting).
+    let etcd = geofaas_fleet::Etcd::connect(&geofaas_config::RegistrySettings::new(vec![f
+        .etcd
+        .url()
+        .parse()
+        .unwrap()]))
+    .unwrap();
+    use base64::Engine;
+    let name = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("counter\norder-42");
+    let record = etcd
+        .get(format!("/geofaas/calls/{name}").as_bytes())
+        .await
+        .unwrap();
+    assert!(record.is_some(), "the call record is in etcd");
 
-    let retry = call(cloud)
+    // The client retries at the cloud at once.
+    let retry = call(cloud.clone())
         .header("X-Geofaas-Retry", "1")
         .send()
         .await
@@ -430,4 +510,79 @@ async fn a_retry_at_the_cloud_after_the_edge_died_gets_the_first_answer() {
         "the first answer, not a run at the cloud"
     );
     assert_eq!(retry.text().await.unwrap(), body);
+    // The function ran once: the cloud's own counter has not counted the retry (one call
+    // before it and one after it are consecutive).
+    let after = cloud_count("probe-2").await;
+    assert_eq!(after, before + 1, "the retry did not run at the cloud");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_over_tls_with_credentials_and_a_wrong_password_serves_alone() {
+    let Some(mut f) = Fleet::start_secured().await else {
+        return;
+    };
+    f.run("cloud", None);
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let tu = f.url("tu-berlin");
+    let joined = within(Duration::from_secs(20), || async {
+        f.dig(BERLIN_NET) == "127.0.0.11" && f.route("cloud", BERLIN).await == Some(tu.clone())
+    })
+    .await;
+    assert!(
+        joined.is_some(),
+        "tu-berlin joined over TLS with credentials: {}",
+        f.log("tu-berlin")
+    );
+
+    // Potsdam's operator typed the wrong password.
+    let wrong = [
+        ("ETCD_USER".to_owned(), "edge".to_owned()),
+        ("ETCD_PASSWORD".to_owned(), "guess".to_owned()),
+    ];
+    f.run_with("potsdam", Some(("potsdam", "127.0.0.12")), &wrong);
+    let refused = within(Duration::from_secs(20), || async {
+        f.log("potsdam").contains("credentials refused")
+    })
+    .await;
+    let log = f.log("potsdam");
+    assert!(refused.is_some(), "potsdam names the credentials: {log}");
+    assert!(
+        log.contains("etcd refused user \"edge\"") && log.contains("ETCD_PASSWORD"),
+        "{log}"
+    );
+    assert!(!log.contains("guess"), "no password in the log: {log}");
+    assert_eq!(
+        f.route("potsdam", POTSDAM).await.as_deref(),
+        Some("here"),
+        "it serves alone"
+    );
+    assert_eq!(
+        f.route("cloud", POTSDAM).await.as_deref(),
+        Some("here"),
+        "nobody hands Potsdam's clients to it"
+    );
+
+    // `geofaas fleet ls` with the file: the same credentials, wrong ones a clear error.
+    let file = f.dir.path().join("tu-berlin.toml");
+    let ls = |password: &str| {
+        Command::new(BIN)
+            .args(["fleet", "ls", "--config"])
+            .arg(&file)
+            .env("ETCD_USER", "edge")
+            .env("ETCD_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let good = ls("edge secret");
+    let out = String::from_utf8_lossy(&good.stdout);
+    assert!(
+        good.status.success() && out.contains("tu-berlin") && !out.contains("potsdam"),
+        "{out}"
+    );
+    let bad = ls("guess");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("credentials refused"),
+        "{err}"
+    );
 }
