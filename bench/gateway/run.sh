@@ -129,18 +129,20 @@ if [[ -n "${HOLD_CMD:-}" ]]; then # run a command against the running stack, the
   exit
 fi
 TCK=$(getconf CLK_TCK)
-snapshot() { # "<proxy ticks> <proxy core busy ticks>": utime+stime of the process and its children
-  # (nginx master + worker), and all busy time of the proxy core (others' processes included)
-  local total=0 p
+snapshot() { # "<proxy ticks> <proxy core busy ticks> <proxy user ticks>": utime+stime of the
+  # process and its children (nginx master + worker), all busy time of the proxy core (others'
+  # processes included), and the proxy's utime alone
+  local total=0 user=0 p
   for p in "$1" $(pgrep -P "$1" || true); do
     [[ -r /proc/$p/stat ]] || continue
     total=$(( total + $(awk '{print $14 + $15}' "/proc/$p/stat") ))
+    user=$(( user + $(awk '{print $14}' "/proc/$p/stat") ))
   done
   local core=0
   if [[ $PROXY_CPUS =~ ^[0-9]+$ ]]; then
     core=$(awk -v c="cpu$PROXY_CPUS" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
   fi
-  echo "$total $core"
+  echo "$total $core $user"
 }
 measure() { # proxy proto run
   local p=$1 proto=$2 run=$3 out="$RESULTS/$1-$2-$3.txt" before after
@@ -155,7 +157,10 @@ measure() { # proxy proto run
     taskset -c "$LOAD_CPUS" "${h2[@]}" -D"$DURATION" --log-file="$RESULTS/$p-$proto-$run.log" "${URL[$p]}" > "$out"
   fi
   after=$(snapshot "${PID[$p]}")
-  echo "cpu_ticks $before $after $TCK" >> "$out"
+  read -r b_total b_core b_user <<< "$before"
+  read -r a_total a_core a_user <<< "$after"
+  echo "cpu_ticks $b_total $b_core $a_total $a_core $TCK" >> "$out"
+  echo "user_ticks $b_user $a_user" >> "$out"
 }
 
 echo "proxy cores: $PROXY_CPUS, load+origin cores: $LOAD_CPUS, $RUNS runs x ${DURATION}s" >&2

@@ -64,10 +64,15 @@ def main():
         util = proxy_s / duration
         others = max(0.0, core_s - proxy_s) / duration
         us_per_req = proxy_s / (rps * duration) * 1e6
+        u = re.search(r"user_ticks (\d+) (\d+)", text)
+        user_s = (int(u.group(2)) - int(u.group(1))) / t[4] if u else float("nan")
+        user_us = user_s / (rps * duration) * 1e6
         if errors:
             print(f"{proxy} {proto} run {run}: {errors} failed requests", file=sys.stderr)
             failed = True
-        rows.setdefault((proto, proxy), []).append((rps, p50, p99, util, others, us_per_req))
+        rows.setdefault((proto, proxy), []).append(
+            (rps, p50, p99, util, others, us_per_req, user_us, us_per_req - user_us)
+        )
     report(rows, "all runs")
     quiet = {k: [r for r in v if r[4] <= QUIET] for k, v in rows.items()}
     quiet = {k: v for k, v in quiet.items() if v}
@@ -82,11 +87,11 @@ def report(rows, title):
     print(f"**{title}**")
     print()
     med = {k: [statistics.median(col) for col in zip(*v)] for k, v in rows.items()}
-    print("| protocol | proxy | req/s | p50 ms | p99 ms | proxy CPU µs/req | proxy core: proxy / others | runs (req/s) |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
-    for (proto, proxy), (rps, p50, p99, util, others, us) in sorted(med.items()):
+    print("| protocol | proxy | req/s | p50 ms | p99 ms | proxy CPU µs/req | user / system µs/req | proxy core: proxy / others | runs (req/s) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for (proto, proxy), (rps, p50, p99, util, others, us, user, system) in sorted(med.items()):
         runs = ", ".join(f"{r[0]:.0f}" for r in rows[(proto, proxy)])
-        print(f"| {proto} | {proxy} | {rps:.0f} | {p50:.3f} | {p99:.3f} | {us:.1f} | {util:.0%} / {others:.0%} | {runs} |")
+        print(f"| {proto} | {proxy} | {rps:.0f} | {p50:.3f} | {p99:.3f} | {us:.1f} | {user:.1f} / {system:.1f} | {util:.0%} / {others:.0%} | {runs} |")
     print()
     print("| protocol | gateway/nginx req/s | gateway/nginx p50 | gateway/nginx p99 | gateway/nginx CPU per req |")
     print("|---|---:|---:|---:|---:|")
