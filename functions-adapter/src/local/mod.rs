@@ -47,7 +47,7 @@ pub use spec::{FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
 use pool::{GetContext, WorkerManager, WorkerPool, GET_CONTEXT};
-use worker::{InstanceSource, Launch};
+use worker::{FirstCall, InstanceSource, Launch};
 
 const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
 const NODE_BOOTSTRAP: &str = include_str!("bootstrap/worker.js");
@@ -243,6 +243,7 @@ impl LocalRuntime {
         };
         let cold = worker.cold.take();
         let manager = pool.manager();
+        let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
         let headers = headers_json(&call.headers);
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());

@@ -3,21 +3,22 @@
 //! (about 80 ms on a small VM). Node has no `fork()` of a running process, so this is how a
 //! new Node instance gets under 10 ms (Python forks instead, see `fork.rs`).
 //!
-//! Each function keeps up to `node_spares` spares. They start with the function's first
-//! instance, and a spare that is taken is replaced in the background by one filler task per
-//! function that starts one process at a time, so at most `node_spares` spare processes exist
-//! (ready or starting) and refilling never competes with itself for the CPU. A caller that finds
-//! no ready spare waits for the one being started (it is closer to ready than a process the
-//! caller would start now) unless another caller already waits for it; otherwise it starts its
-//! own process, as without spares.
+//! Each function keeps up to `node_spares` spares. Spares are started by one filler task per
+//! function, one process at a time, so at most `node_spares` spare processes exist (ready or
+//! starting). The filler is woken when a new instance has answered its first call (the
+//! function's very first instance, or one taken from the spares), not when the spare is taken:
+//! starting node while the taken spare serves its first call would slow that call down by
+//! milliseconds. A caller that finds no ready spare waits for the one being started (it is
+//! closer to ready than a process the caller would start now) unless another caller already
+//! waits for it; otherwise it starts its own process, as without spares.
 //!
 //! Isolation is that of any instance: a spare is its own process (own process group, the
 //! address-space limit of the wrapper in `proc.rs`) that has never run a call, so it sees
 //! nothing another instance did. Spares are not pool instances: they serve no call until taken,
 //! so [`super::PoolStats`] does not count them. They are stopped on shutdown and when the
 //! runtime is dropped; a spare that died while waiting is dropped when it is next looked at.
-//! If a spare fails to start (the module throws on import), no more are started until an
-//! instance of the function starts, so a broken function does not start processes in a loop.
+//! A spare that fails to start (the module throws on import) stops the filler; only a later
+//! first call wakes it again, so a function that does not load never starts spares in a loop.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,8 +53,6 @@ struct State {
     filling: bool,
     /// A caller waits for the spare being started.
     waiting: bool,
-    /// The last spare failed to start; none is started until an instance starts.
-    failing: bool,
 }
 
 impl Spares {
@@ -77,16 +76,13 @@ impl Spares {
     }
 
     /// A new instance: a spare if one is ready (or about to be), else a process started now.
-    /// Either way a replacement spare is started in the background.
+    /// Either way the caller calls [`Self::refill`] after the instance's first call.
     pub(crate) async fn instance(self: &Arc<Self>) -> Result<ProcWorker, StartError> {
         if let Some(spare) = self.take().await {
             tracing::debug!(function = %self.spec.name, pid = spare.pid, "took a spare instance");
             return Ok(spare);
         }
-        let worker = ProcWorker::start_with(&self.spec, &self.launch, &[]).await?;
-        self.lock().failing = false;
-        self.refill();
-        Ok(worker)
+        ProcWorker::start_with(&self.spec, &self.launch, &[]).await
     }
 
     /// PIDs of the spares that are ready.
@@ -108,21 +104,17 @@ impl Spares {
 
     /// A ready spare, waiting for the one being started if nobody else does; `None` if there is
     /// nothing to wait for.
-    async fn take(self: &Arc<Self>) -> Option<ProcWorker> {
+    async fn take(&self) -> Option<ProcWorker> {
         loop {
             let notified = {
                 let mut state = self.lock();
                 while let Some(mut spare) = state.ready.pop_front() {
                     if spare.is_alive() {
-                        drop(state);
-                        self.refill();
                         return Some(spare);
                     }
                     tracing::debug!(function = %self.spec.name, pid = spare.pid, "spare instance died while waiting");
                 }
                 if !state.filling || state.waiting {
-                    drop(state);
-                    self.refill();
                     return None;
                 }
                 state.waiting = true;
@@ -135,15 +127,12 @@ impl Spares {
         }
     }
 
-    /// Starts the filler unless it runs, the spares are full, the last one failed or the
-    /// runtime stops.
-    fn refill(self: &Arc<Self>) {
+    /// Starts the filler unless it runs, the spares are full or the runtime stops. Called when
+    /// a new instance has answered its first call (starting node at the same time would slow
+    /// that call down by milliseconds).
+    pub(crate) fn refill(self: &Arc<Self>) {
         let mut state = self.lock();
-        if state.filling
-            || state.failing
-            || state.ready.len() >= self.target
-            || self.stop.is_cancelled()
-        {
+        if state.filling || state.ready.len() >= self.target || self.stop.is_cancelled() {
             return;
         }
         state.filling = true;
@@ -169,12 +158,10 @@ impl Spares {
                 Ok(Ok(_)) => break,
                 Ok(Err(e)) => {
                     tracing::warn!(function = %self.spec.name, error = %e, "spare instance failed to start");
-                    state.failing = true;
                     break;
                 }
                 Err(_) => {
                     tracing::warn!(function = %self.spec.name, timeout = ?self.start_timeout, "spare instance did not start in time");
-                    state.failing = true;
                     break;
                 }
             }

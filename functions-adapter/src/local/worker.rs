@@ -98,6 +98,26 @@ pub(crate) enum InstanceSource {
     Spares(Arc<super::spare::Spares>),
 }
 
+impl InstanceSource {
+    /// Called once a new instance has served (or failed, or abandoned) its first call: the
+    /// moment to replace the spare it was taken from.
+    pub(crate) fn first_call_done(&self) {
+        if let InstanceSource::Spares(spares) = self {
+            spares.refill();
+        }
+    }
+}
+
+/// Runs [`InstanceSource::first_call_done`] when dropped, so every way out of a first call
+/// (answer, failure, timeout, a caller that gave up) counts.
+pub(crate) struct FirstCall<'a>(pub &'a InstanceSource);
+
+impl Drop for FirstCall<'_> {
+    fn drop(&mut self) {
+        self.0.first_call_done();
+    }
+}
+
 /// One pooled instance of a function.
 #[derive(Debug)]
 pub(crate) struct Worker {
