@@ -77,8 +77,10 @@ pub struct LocalBackend {
     /// Spare `nodejs` instances kept started per function (node, the worker and the function
     /// module loaded, waiting for a first call), so a new instance takes one (about a
     /// millisecond) instead of starting node (about 80 ms); a replacement starts in the
-    /// background. Spares start with the function's first instance and are extra processes on
-    /// top of `max_instances`. 0 turns them off; at most `max_instances`. Default 1.
+    /// background. Spares start after the function's first call and stay until the runtime
+    /// stops; they are processes on top of `max_instances` (about 40 MB resident each, most of
+    /// it node's shared binary). A second spare absorbs a slow refill on a busy machine.
+    /// 0 turns them off; at most 16. Default 2.
     #[serde(default = "default_node_spares")]
     pub node_spares: usize,
 }
@@ -99,7 +101,7 @@ fn default_max_output_bytes() -> usize {
     6 * 1024 * 1024
 }
 fn default_node_spares() -> usize {
-    1
+    2
 }
 fn default_true() -> bool {
     true

@@ -53,6 +53,8 @@ const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
 const NODE_BOOTSTRAP: &str = include_str!("bootstrap/worker.js");
 /// Address space (RLIMIT_AS) node 20 needs to start at all, measured: 512 MiB fails, 1024 works.
 const NODE_MIN_MEMORY_MB: u64 = 1024;
+/// Most spare instances a Node.js function may keep (`node_spares`).
+const MAX_NODE_SPARES: usize = 16;
 /// How long [`LocalRuntime::shutdown`] waits for in-flight calls to drop their workers.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -346,11 +348,11 @@ fn validate(cfg: &LocalBackend) -> Result<(), LocalError> {
             "max_instances must be at least 1".into(),
         ));
     }
-    if cfg.node_spares > cfg.max_instances {
+    if cfg.node_spares > MAX_NODE_SPARES {
         return Err(LocalError::Config(format!(
-            "node_spares ({}) must be at most max_instances ({}): no more new instances than that \
-             can run at once",
-            cfg.node_spares, cfg.max_instances
+            "node_spares must be at most {MAX_NODE_SPARES} (each spare is an idle node process), \
+             not {}",
+            cfg.node_spares
         )));
     }
     if cfg.timeout_ms == 0 {

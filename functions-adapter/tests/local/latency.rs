@@ -83,9 +83,10 @@ const fn case(function: &'static str, fork_server: bool, node_spares: usize) -> 
 }
 
 /// New instances, back to back and paced: python3 with and without the fork server, nodejs
-/// without spares (how every new instance started before them) and with them. Back to back,
-/// a new Node instance comes faster than one filler can start node, so most wait for the spare
-/// being started; paced at one new instance per 250 ms, each finds a ready spare.
+/// without spares (how every new instance started before them) and with one or two (the
+/// default). Back to back, a new Node instance is asked for faster than one filler can start
+/// node, so most wait for the spare being started; paced slower than node starts, each finds a
+/// ready spare.
 ///
 /// Run: `cargo nextest run -p geofaas-functions --release --test local --run-ignored only
 /// new_instance --no-capture`
@@ -106,6 +107,10 @@ async fn new_instance_cold_start_percentiles() {
         case("hello-node", true, 2),
         Case {
             pace: paced,
+            ..case("hello-node", true, 2)
+        },
+        Case {
+            pace: Some(Duration::from_millis(125)),
             ..case("hello-node", true, 2)
         },
     ];
