@@ -10,7 +10,7 @@
 //! frames (the same frames as a worker on pipes) and once as its own stderr. The server reports
 //! every instance's exit status, so a crash is described as precisely as a piped worker's. If
 //! the server dies it is started again on the next new instance. Node.js has no `fork()` of a
-//! running process, so its instances keep starting the interpreter.
+//! running process, so its new instances come from pre-started spares instead (`spare.rs`).
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;

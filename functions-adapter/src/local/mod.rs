@@ -5,7 +5,9 @@
 //!   `(req, res) => res.send(str)`) run in long-lived workers started from small bootstrap
 //!   scripts embedded in this crate. A new `python3` instance is forked from a per-function fork
 //!   server that has already imported the function (`fork.rs`; `fork_server = false` starts the
-//!   interpreter each time); a new `nodejs` instance is a process start plus the import.
+//!   interpreter each time). A new `nodejs` instance takes a spare process that has already
+//!   loaded the function (`spare.rs`, `node_spares` per function, refilled in the background),
+//!   or, when none is ready, starts node and loads it.
 //! - `binary` (`fn.sh`, stdin → stdout) runs one process per call; see `binary.rs` for what
 //!   "warm" means there.
 //!
@@ -23,6 +25,7 @@ mod error;
 mod fork;
 mod pool;
 mod proc;
+mod spare;
 mod spec;
 mod worker;
 
@@ -44,12 +47,14 @@ pub use spec::{FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
 use pool::{GetContext, WorkerManager, WorkerPool, GET_CONTEXT};
-use worker::Launch;
+use worker::{FirstCall, InstanceSource, Launch};
 
 const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
 const NODE_BOOTSTRAP: &str = include_str!("bootstrap/worker.js");
 /// Address space (RLIMIT_AS) node 20 needs to start at all, measured: 512 MiB fails, 1024 works.
 const NODE_MIN_MEMORY_MB: u64 = 1024;
+/// Most spare instances a Node.js function may keep (`node_spares`).
+const MAX_NODE_SPARES: usize = 16;
 /// How long [`LocalRuntime::shutdown`] waits for in-flight calls to drop their workers.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -102,21 +107,30 @@ impl LocalRuntime {
             fork_server: cfg.fork_server,
         });
         let keep_alive = Duration::from_secs(cfg.keep_alive_s);
+        let stop = CancellationToken::new();
         let mut functions = HashMap::new();
         for spec in specs {
             let spec_arc = Arc::new(spec.clone());
-            let fork = (launch.fork_server && spec.runtime == Runtime::Python3).then(|| {
-                Arc::new(fork::ForkServer::new(
-                    spec_arc.clone(),
-                    Arc::clone(&launch),
-                    scripts.path(),
-                ))
-            });
+            let source = match spec.runtime {
+                Runtime::Python3 if launch.fork_server => InstanceSource::Fork(Arc::new(
+                    fork::ForkServer::new(spec_arc.clone(), Arc::clone(&launch), scripts.path()),
+                )),
+                Runtime::Nodejs if cfg.node_spares > 0 => {
+                    InstanceSource::Spares(Arc::new(spare::Spares::new(
+                        spec_arc.clone(),
+                        Arc::clone(&launch),
+                        cfg.node_spares,
+                        Duration::from_millis(cfg.timeout_ms),
+                        stop.clone(),
+                    )))
+                }
+                _ => InstanceSource::Spawn,
+            };
             let manager = WorkerManager {
                 spec: spec_arc,
                 launch: Arc::clone(&launch),
                 keep_alive,
-                fork,
+                source,
             };
             let pool = pool::build(manager, cfg.max_instances).map_err(LocalError::Config)?;
             tracing::info!(function = %spec.name, runtime = %spec.runtime, dir = %spec.dir.display(), "local function");
@@ -132,7 +146,6 @@ impl LocalRuntime {
             }
             functions.insert(spec.name, pool);
         }
-        let stop = CancellationToken::new();
         let inner = Arc::new(Inner {
             functions,
             timeout: Duration::from_millis(cfg.timeout_ms),
@@ -157,7 +170,8 @@ impl LocalRuntime {
             .map(|p| p.manager().spec.as_ref())
     }
 
-    /// Idle, busy and maximum instances of `function` (`None` if it is not served here).
+    /// Idle, busy and maximum instances of `function` (`None` if it is not served here); spare
+    /// Node instances ([`Self::spare_pids`]) are not counted until a call takes one.
     pub fn stats(&self, function: &str) -> Option<PoolStats> {
         let status = self.inner.functions.get(function)?.status();
         Some(PoolStats {
@@ -165,6 +179,20 @@ impl LocalRuntime {
             busy: status.size.saturating_sub(status.available),
             max: status.max_size,
         })
+    }
+
+    /// PIDs of `function`'s spare instances, started and waiting for a first call (`node_spares`;
+    /// empty when it has none or is not served here). Spares are not counted in [`Self::stats`].
+    pub fn spare_pids(&self, function: &str) -> Vec<u32> {
+        match self
+            .inner
+            .functions
+            .get(function)
+            .map(|p| &p.manager().source)
+        {
+            Some(InstanceSource::Spares(spares)) => spares.pids(),
+            _ => Vec::new(),
+        }
     }
 
     /// Stops the idle instances of every function that outlived `keep_alive` now, instead of
@@ -191,6 +219,7 @@ impl LocalRuntime {
         for pool in self.inner.functions.values() {
             pool.retain(|_, _| false);
         }
+        self.inner.clear_spares();
     }
 
     async fn run(&self, pool: &WorkerPool, call: Invocation) -> Result<InvokeOutput, InvokeError> {
@@ -216,6 +245,7 @@ impl LocalRuntime {
         };
         let cold = worker.cold.take();
         let manager = pool.manager();
+        let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
         let headers = headers_json(&call.headers);
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());
@@ -254,6 +284,17 @@ impl LocalRuntime {
     }
 }
 
+impl Inner {
+    /// Stops every ready spare (call after `stop` fired, so that no filler adds one back).
+    fn clear_spares(&self) {
+        for pool in self.functions.values() {
+            if let InstanceSource::Spares(spares) = &pool.manager().source {
+                spares.clear();
+            }
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.cancel();
@@ -261,6 +302,7 @@ impl Drop for Inner {
             pool.close();
             pool.retain(|_, _| false);
         }
+        self.clear_spares();
     }
 }
 
@@ -305,6 +347,13 @@ fn validate(cfg: &LocalBackend) -> Result<(), LocalError> {
         return Err(LocalError::Config(
             "max_instances must be at least 1".into(),
         ));
+    }
+    if cfg.node_spares > MAX_NODE_SPARES {
+        return Err(LocalError::Config(format!(
+            "node_spares must be at most {MAX_NODE_SPARES} (each spare is an idle node process), \
+             not {}",
+            cfg.node_spares
+        )));
     }
     if cfg.timeout_ms == 0 {
         return Err(LocalError::Config("timeout_ms must be positive".into()));

@@ -18,7 +18,7 @@ use std::time::Duration;
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
 
 use super::spec::FunctionSpec;
-use super::worker::{Launch, StartError, Worker};
+use super::worker::{InstanceSource, Launch, StartError, Worker};
 
 tokio::task_local! {
     /// Set while a call is getting its instance from the pool.
@@ -54,8 +54,8 @@ pub(crate) struct WorkerManager {
     pub spec: Arc<FunctionSpec>,
     pub launch: Arc<Launch>,
     pub keep_alive: Duration,
-    /// Where new Python instances are forked from, when enabled.
-    pub fork: Option<Arc<super::fork::ForkServer>>,
+    /// Where new instances come from (a process each, the fork server, or spares).
+    pub source: InstanceSource,
 }
 
 impl managed::Manager for WorkerManager {
@@ -64,7 +64,7 @@ impl managed::Manager for WorkerManager {
 
     async fn create(&self) -> Result<Worker, StartError> {
         GetContext::admit();
-        let worker = Worker::start(&self.spec, &self.launch, self.fork.as_deref()).await?;
+        let worker = Worker::start(&self.spec, &self.launch, &self.source).await?;
         tracing::debug!(function = %self.spec.name, pid = ?worker.pid(), "instance started");
         Ok(worker)
     }
@@ -78,7 +78,7 @@ impl managed::Manager for WorkerManager {
             return Err(RecycleError::message("keep-alive expired"));
         }
         if force_new {
-            let fresh = Worker::start(&self.spec, &self.launch, self.fork.as_deref()).await?;
+            let fresh = Worker::start(&self.spec, &self.launch, &self.source).await?;
             tracing::debug!(
                 function = %self.spec.name,
                 old = ?worker.pid(),

@@ -87,6 +87,37 @@ impl CallResult {
     }
 }
 
+/// Where the new instances of one function come from.
+#[derive(Debug)]
+pub(crate) enum InstanceSource {
+    /// A process started for each (the interpreter starts and imports the function).
+    Spawn,
+    /// Forked from the function's fork server (python3, [`super::fork`]).
+    Fork(Arc<super::fork::ForkServer>),
+    /// A pre-started spare, replaced in the background (nodejs, [`super::spare`]).
+    Spares(Arc<super::spare::Spares>),
+}
+
+impl InstanceSource {
+    /// Called once a new instance has served (or failed, or abandoned) its first call: the
+    /// moment to replace the spare it was taken from.
+    pub(crate) fn first_call_done(&self) {
+        if let InstanceSource::Spares(spares) = self {
+            spares.refill();
+        }
+    }
+}
+
+/// Runs [`InstanceSource::first_call_done`] when dropped, so every way out of a first call
+/// (answer, failure, timeout, a caller that gave up) counts.
+pub(crate) struct FirstCall<'a>(pub &'a InstanceSource);
+
+impl Drop for FirstCall<'_> {
+    fn drop(&mut self) {
+        self.0.first_call_done();
+    }
+}
+
 /// One pooled instance of a function.
 #[derive(Debug)]
 pub(crate) struct Worker {
@@ -99,17 +130,19 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// Starts an instance: for python3 and nodejs a worker process that has imported the
-    /// function; for binary an empty slot (its first exec will be reported as the cold start).
+    /// function (from `source`); for binary an empty slot (its first exec will be reported as
+    /// the cold start). The time this takes is the instance's cold start.
     pub(crate) async fn start(
         spec: &FunctionSpec,
         launch: &Launch,
-        fork: Option<&super::fork::ForkServer>,
+        source: &InstanceSource,
     ) -> Result<Self, StartError> {
         let started = Instant::now();
-        let process = match (spec.runtime, fork) {
+        let process = match (spec.runtime, source) {
             (Runtime::Binary, _) => None,
-            (Runtime::Python3, Some(fork)) => Some(fork.instance().await?),
-            (Runtime::Python3 | Runtime::Nodejs, _) => {
+            (_, InstanceSource::Fork(fork)) => Some(fork.instance().await?),
+            (_, InstanceSource::Spares(spares)) => Some(spares.instance().await?),
+            (Runtime::Python3 | Runtime::Nodejs, InstanceSource::Spawn) => {
                 Some(ProcWorker::start_with(spec, launch, &[]).await?)
             }
         };

@@ -9,6 +9,7 @@ mod fork;
 mod latency;
 mod lifecycle;
 mod runtimes;
+mod spares;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
