@@ -162,8 +162,8 @@ pub struct SimulateArgs {
     /// MILP look-ahead window, ms (`milp`; `milp:W` in `--policies` sets W per entry).
     #[arg(long, default_value_t = 20.0)]
     pub milp_window_ms: f64,
-    /// Per-seed CSV (seed, policy, mean, P99, SLO violations, drops; the lower bound as
-    /// policy `bound`), written when given.
+    /// Per-seed CSV (seed, policy, mean, P99, SLO violations, drops, mean queueing and cold
+    /// start; the lower bound as policy `bound`), written when given.
     #[arg(long)]
     pub per_seed_csv: Option<PathBuf>,
     /// Summary CSV output.

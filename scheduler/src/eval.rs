@@ -85,6 +85,10 @@ pub struct SeedStats {
     pub slo_violation: f64,
     /// Requests no node could take.
     pub dropped: usize,
+    /// Mean wait behind busy containers, ms (0 for the bound).
+    pub queue_ms: f64,
+    /// Mean cold-start time, ms (0 for the bound).
+    pub cold_ms: f64,
 }
 
 impl SeedStats {
@@ -97,6 +101,8 @@ impl SeedStats {
             p99_ms: percentile(&lat, 0.99),
             slo_violation: violations as f64 / n,
             dropped,
+            queue_ms: 0.0,
+            cold_ms: 0.0,
         }
     }
 
@@ -108,7 +114,12 @@ impl SeedStats {
             .map(|o| o.latency.total())
             .collect();
         let viol = out.iter().filter(|o| o.violates_slo()).count();
-        Self::from_latencies(lat, viol, out.iter().filter(|o| o.dropped).count())
+        let n = out.len().max(1) as f64;
+        Self {
+            queue_ms: out.iter().map(|o| o.latency.queue_ms).sum::<f64>() / n,
+            cold_ms: out.iter().map(|o| o.latency.cold_ms).sum::<f64>() / n,
+            ..Self::from_latencies(lat, viol, out.iter().filter(|o| o.dropped).count())
+        }
     }
 }
 
@@ -247,7 +258,8 @@ impl Evaluation {
 
     /// Writes one row per (seed, policy), the bound as policy `bound`.
     pub fn write_csv(&self, path: &Path) -> Result<()> {
-        let mut s = String::from("seed,policy,mean_ms,p99_ms,slo_violation,dropped\n");
+        let mut s =
+            String::from("seed,policy,mean_ms,p99_ms,slo_violation,dropped,queue_ms,cold_ms\n");
         for (i, seed) in self.seeds.iter().enumerate() {
             let rows = self
                 .policies
@@ -258,8 +270,8 @@ impl Evaluation {
             for (p, st) in rows {
                 let _ = writeln!(
                     s,
-                    "{seed},{p},{:.3},{:.3},{:.5},{}",
-                    st.mean_ms, st.p99_ms, st.slo_violation, st.dropped
+                    "{seed},{p},{:.3},{:.3},{:.5},{},{:.3},{:.3}",
+                    st.mean_ms, st.p99_ms, st.slo_violation, st.dropped, st.queue_ms, st.cold_ms
                 );
             }
         }

@@ -86,6 +86,8 @@ fn report_ratios_are_against_the_best_reference_and_the_bound() {
         p99_ms,
         slo_violation: 0.0,
         dropped: 0,
+        queue_ms: 0.0,
+        cold_ms: 0.0,
     };
     let e = Evaluation {
         seeds: vec![1, 2],
