@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use crate::baselines::{GreedyPolicy, NearestPolicy, RandomPolicy};
+use crate::eval::{lower_bounds, Evaluation, SeedStats};
 use crate::metrics::{self, Summary};
 use crate::milp::MilpPolicy;
 use crate::policy::Policy;
@@ -103,10 +104,21 @@ pub struct TrainArgs {
     /// Adam learning rate.
     #[arg(long, default_value_t = 1e-3)]
     pub lr: f64,
+    /// Keep the checkpoint with the lowest max(mean, P99) relative to greedy on the
+    /// validation seeds, instead of the lowest mean.
+    #[arg(long)]
+    pub select_on_p99: bool,
+    /// Discount factor (per decision; 0.9 looks about 10 decisions ahead).
+    #[arg(long, default_value_t = 0.9)]
+    pub gamma: f32,
+    /// Entropy bonus weight.
+    #[arg(long, default_value_t = 0.003)]
+    pub entropy: f32,
     /// Evaluate on the held-out seeds every this many iterations.
     #[arg(long, default_value_t = 5)]
     pub eval_every: usize,
-    /// Held-out validation seeds (keep them apart from `simulate --seeds`).
+    /// Validation seeds that pick the best checkpoint (`eval::VALIDATION_SEEDS`; keep them
+    /// apart from `simulate --seeds` and `--held-out`).
     #[arg(long, value_delimiter = ',', default_value = "501,502")]
     pub eval_seeds: Vec<u64>,
     /// Weights output (safetensors).
@@ -129,7 +141,8 @@ pub struct SimulateArgs {
     /// `melbourne` (EUA, 125 sites), `berlin`, or a geofaas topology file.
     #[arg(long, default_value = "melbourne")]
     pub topology: String,
-    /// Policies to compare: random, nearest, greedy, milp, ppo.
+    /// Policies to compare: random, nearest, greedy, milp, milp:<window ms>, ppo,
+    /// ppo:<weights file> (several PPO weights side by side).
     #[arg(
         long,
         value_delimiter = ',',
@@ -142,9 +155,17 @@ pub struct SimulateArgs {
     /// Held-out workload seeds.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
-    /// MILP look-ahead window, ms.
+    /// Use the first N held-out test seeds (7001, 7002, ...; never a training or validation
+    /// seed) instead of `--seeds`.
+    #[arg(long)]
+    pub held_out: Option<usize>,
+    /// MILP look-ahead window, ms (`milp`; `milp:W` in `--policies` sets W per entry).
     #[arg(long, default_value_t = 20.0)]
     pub milp_window_ms: f64,
+    /// Per-seed CSV (seed, policy, mean, P99, SLO violations, drops, mean queueing and cold
+    /// start; the lower bound as policy `bound`), written when given.
+    #[arg(long)]
+    pub per_seed_csv: Option<PathBuf>,
     /// Summary CSV output.
     #[arg(long, default_value = "simulate.csv")]
     pub csv: PathBuf,
@@ -178,6 +199,12 @@ fn make_policy(
         "nearest" => Box::new(NearestPolicy),
         "greedy" => Box::new(GreedyPolicy::new(link)),
         "milp" => Box::new(MilpPolicy::new(link, args.milp_window_ms)),
+        w if w.starts_with("milp:") => {
+            let ms: f64 = w["milp:".len()..]
+                .parse()
+                .with_context(|| format!("{w:?}: the window after milp: is in ms"))?;
+            Box::new(MilpPolicy::new(link, ms).named(w))
+        }
         "ppo" => Box::new(match &args.weights {
             Some(p) => PpoPolicy::load(p, link)?,
             None => {
@@ -187,7 +214,12 @@ fn make_policy(
                 PpoPolicy::from_bytes(bytes, link)?
             }
         }),
-        other => bail!("unknown policy {other:?} (random, nearest, greedy, milp, ppo)"),
+        w if w.starts_with("ppo:") => Box::new(
+            PpoPolicy::load(std::path::Path::new(&w["ppo:".len()..]), link)?.named(w),
+        ),
+        other => bail!(
+            "unknown policy {other:?} (random, nearest, greedy, milp, milp:<ms>, ppo, ppo:<weights>)"
+        ),
     })
 }
 
@@ -195,42 +227,30 @@ fn make_policy(
 pub fn run_simulate(mut args: SimulateArgs) -> anyhow::Result<()> {
     let topo = Topology::by_name(&args.topology)?;
     args.workload.resolve(&topo);
+    if let Some(n) = args.held_out {
+        args.seeds = crate::eval::held_out_seeds(n);
+    }
     let sim = args.workload.sim();
-    let trace = match &args.workload.trace {
-        Some(p) => Some(crate::trace::TraceTable::load(p)?),
-        None => None,
-    };
-    let workloads: Vec<Workload> = args
-        .seeds
-        .iter()
-        .map(|&s| {
-            let shape = (args.workload.functions(), args.workload.catalogue_seed);
-            let wl = Workload::for_topology(&topo, shape, &args.workload.config(s));
-            match &trace {
-                Some(t) => t.to_workload(
-                    wl.functions,
-                    &topo.sources,
-                    args.workload.trace_scale,
-                    &args.workload.config(s),
-                ),
-                None => wl,
-            }
-        })
-        .collect();
+    let workloads = workloads(&args, &topo)?;
     let mut rows = Vec::new();
     let mut series: Vec<(String, Vec<Outcome>)> = Vec::new();
+    let mut per_seed = Vec::new();
     for name in &args.policies {
         let policy = make_policy(name, &args, sim.link)?;
-        let mut all = Vec::new();
-        for wl in &workloads {
-            all.extend(Simulator::run(&topo, wl, sim, policy.as_ref()));
-        }
+        let t0 = std::time::Instant::now();
+        let runs: Vec<Vec<Outcome>> = workloads
+            .iter()
+            .map(|wl| Simulator::run(&topo, wl, sim, policy.as_ref()))
+            .collect();
+        per_seed.push(runs.iter().map(|o| SeedStats::from_outcomes(o)).collect());
+        let all: Vec<Outcome> = runs.into_iter().flatten().collect();
         let s = Summary::new(policy.name(), &all);
         eprintln!(
-            "{name}: mean {:.1} ms, p99 {:.1} ms, slo {:.2}%",
+            "{name}: mean {:.1} ms, p99 {:.1} ms, slo {:.2}%, {:.1} s",
             s.mean_ms,
             s.p99_ms,
-            100.0 * s.slo_violation
+            100.0 * s.slo_violation,
+            t0.elapsed().as_secs_f64()
         );
         rows.push(s);
         series.push((name.clone(), all));
@@ -256,10 +276,55 @@ pub fn run_simulate(mut args: SimulateArgs) -> anyhow::Result<()> {
             100.0 * (p.slo_violation - m.slo_violation)
         );
     }
+    let eval = Evaluation {
+        seeds: args.seeds.clone(),
+        policies: rows.iter().map(|r| r.policy.clone()).collect(),
+        stats: per_seed,
+        bound: workloads
+            .iter()
+            .map(|wl| SeedStats::from_latencies(lower_bounds(&topo, wl, sim), 0, 0))
+            .collect(),
+    };
+    if args.seeds.len() > 1 {
+        println!(
+            "\nper-seed evaluation, MILP solver {}:\n{}",
+            MilpPolicy::solver_name(),
+            eval.markdown()
+        );
+    }
+    if let Some(p) = &args.per_seed_csv {
+        eval.write_csv(p)?;
+        println!("wrote {}", p.display());
+    }
     metrics::write_csv(&args.csv, &rows)?;
     metrics::plot_cdf(&args.plot, &series, args.plot_max_ms)?;
     println!("wrote {} and {}", args.csv.display(), args.plot.display());
     Ok(())
+}
+
+/// The workloads of `args.seeds` (generated, or a trace replayed with each seed's draws).
+fn workloads(args: &SimulateArgs, topo: &Topology) -> anyhow::Result<Vec<Workload>> {
+    let trace = match &args.workload.trace {
+        Some(p) => Some(crate::trace::TraceTable::load(p)?),
+        None => None,
+    };
+    Ok(args
+        .seeds
+        .iter()
+        .map(|&s| {
+            let shape = (args.workload.functions(), args.workload.catalogue_seed);
+            let wl = Workload::for_topology(topo, shape, &args.workload.config(s));
+            match &trace {
+                Some(t) => t.to_workload(
+                    wl.functions,
+                    &topo.sources,
+                    args.workload.trace_scale,
+                    &args.workload.config(s),
+                ),
+                None => wl,
+            }
+        })
+        .collect())
 }
 
 /// Runs `geofaas train` (needs the `train` feature).
@@ -273,6 +338,9 @@ pub fn run_train(mut args: TrainArgs) -> anyhow::Result<()> {
         iterations: args.iterations,
         episodes_per_iter: args.episodes,
         lr: args.lr,
+        gamma: args.gamma,
+        select_on_p99: args.select_on_p99,
+        ent_coef: args.entropy,
         eval_every: args.eval_every,
         eval_seeds: args.eval_seeds.clone(),
         sim: args.workload.sim(),

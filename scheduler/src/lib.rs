@@ -6,6 +6,8 @@
 //!   MILP over a window) and [`ppo`] (a trained actor evaluated in plain Rust);
 //! * [`sim`]: the event-driven simulator over a [`topology`] and a [`workload`] (generated, or
 //!   loaded from the Huawei trace format by [`trace`]); [`metrics`] summarises and plots runs;
+//! * [`eval`]: seed ranges, the contention-free lower bound and the per-seed report with
+//!   bootstrap confidence intervals behind `simulate --held-out N`;
 //! * `train` (feature `train`): PPO training in dfdx; [`cli`]: `geofaas train` / `simulate`.
 
 #![forbid(unsafe_code)]
@@ -13,6 +15,7 @@
 pub mod baselines;
 pub mod cli;
 mod error;
+pub mod eval;
 pub mod features;
 pub mod metrics;
 pub mod milp;

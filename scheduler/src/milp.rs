@@ -42,6 +42,7 @@ pub struct MilpPolicy {
     window_ms: f64,
     slo_penalty_ms: f64,
     stats: Mutex<SolveStats>,
+    name: String,
 }
 
 impl MilpPolicy {
@@ -52,7 +53,14 @@ impl MilpPolicy {
             window_ms,
             slo_penalty_ms: 1000.0,
             stats: Mutex::new(SolveStats::default()),
+            name: "milp".into(),
         }
+    }
+
+    /// The same policy under another name (tables comparing several windows).
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
     }
 
     /// Solve-time statistics so far.
@@ -266,7 +274,7 @@ fn capacity_rows(
 
 impl Policy for MilpPolicy {
     fn name(&self) -> &str {
-        "milp"
+        &self.name
     }
 
     fn decide(&self, obs: &Observation) -> Option<Action> {

@@ -175,6 +175,12 @@ impl PpoPolicy {
         Self::from_bytes(&bytes, link)
     }
 
+    /// The same policy under another name (tables comparing several weights).
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
     /// The actor network.
     pub fn actor(&self) -> &Mlp {
         &self.actor

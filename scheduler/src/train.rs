@@ -67,6 +67,9 @@ pub struct PpoConfig {
     pub eval_every: usize,
     /// Held-out workload seeds for evaluation (validation; keep apart from test seeds).
     pub eval_seeds: Vec<u64>,
+    /// Keep the checkpoint with the lowest `max(mean / greedy mean, P99 / greedy P99)` on the
+    /// evaluation seeds instead of the lowest mean.
+    pub select_on_p99: bool,
     /// Shape of each training/eval workload (its seed is replaced per episode).
     pub workload: WorkloadConfig,
     /// Functions in the catalogue and the catalogue's seed.
@@ -92,7 +95,8 @@ impl Default for PpoConfig {
             reward_scale_ms: 100.0,
             slo_penalty: 1.0,
             eval_every: 5,
-            eval_seeds: vec![501, 502],
+            eval_seeds: crate::eval::VALIDATION_SEEDS.to_vec(),
+            select_on_p99: false,
             workload: WorkloadConfig {
                 requests: 512,
                 ..Default::default()
@@ -150,7 +154,7 @@ impl IterMetrics {
 /// What training returns: the best policy on the evaluation seeds and the per-iteration log.
 #[derive(Debug, Clone)]
 pub struct TrainReport {
-    /// The policy with the lowest held-out mean latency seen.
+    /// The policy with the best held-out score seen (see [`PpoConfig::select_on_p99`]).
     pub policy: PpoPolicy,
     /// Per-iteration metrics.
     pub metrics: Vec<IterMetrics>,
@@ -229,6 +233,19 @@ pub fn train(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x9e37_79b9);
     let mut opt = update::Optimisers::new(&actor, &critic, cfg.lr);
     let mut best: Option<(f64, PpoPolicy)> = None;
+    let base = if cfg.select_on_p99 {
+        let greedy = crate::baselines::GreedyPolicy::new(cfg.sim.link);
+        evaluate(topo, cfg, &greedy, &cfg.eval_seeds)
+    } else {
+        Summary::new("none", &[])
+    };
+    let score = |s: &Summary| {
+        if cfg.select_on_p99 {
+            (s.mean_ms / base.mean_ms).max(s.p99_ms / base.p99_ms)
+        } else {
+            s.mean_ms
+        }
+    };
     let mut metrics = Vec::new();
     let mut steps = 0;
     for it in 1..=cfg.iterations {
@@ -249,8 +266,8 @@ pub fn train(
         if it % cfg.eval_every.max(1) == 0 || it == cfg.iterations {
             let p = export(&actor, &critic, cfg.sim.link);
             let s = evaluate(topo, cfg, &p, &cfg.eval_seeds);
-            if best.as_ref().is_none_or(|(b, _)| s.mean_ms < *b) {
-                best = Some((s.mean_ms, p));
+            if best.as_ref().is_none_or(|(b, _)| score(&s) < *b) {
+                best = Some((score(&s), p));
             }
             m.eval = Some(s);
         }
@@ -275,7 +292,7 @@ fn rollout(
     let mut buf = Buffer::default();
     let (mut ret, mut lat, mut n) = (0.0, 0.0, 0usize);
     for ep in 0..cfg.episodes_per_iter {
-        let seed = 1_000_000 + cfg.seed * 100_000 + (it * cfg.episodes_per_iter + ep) as u64;
+        let seed = crate::eval::training_seed(cfg.seed, it, cfg.episodes_per_iter, ep);
         let wl = workload_for(topo, cfg, seed);
         let mut sim = Simulator::new(topo, &wl, cfg.sim);
         sim.warm_up();
