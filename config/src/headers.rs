@@ -20,6 +20,11 @@ pub const OFFLOADED_FROM: &str = "x-offloaded-from";
 pub const COLD_START: &str = "x-cold-start";
 /// Response: `true` when an idempotent call's first answer is replayed.
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// Response: where the call ran, `local-warm`, `local-new`, `neighbor` or `cloud`.
+pub const PLACEMENT: &str = "x-placement";
+/// Response: why it ran there (`ppo`, `greedy`, `no-policy`, `overloaded`, `forwarded`, ...;
+/// the list is in docs/scheduler.md).
+pub const PLACEMENT_REASON: &str = "x-placement-reason";
 /// Response: route, queue, cold and exec durations in milliseconds.
 pub const SERVER_TIMING: &str = "server-timing";
 

@@ -156,6 +156,29 @@ fn validation_names_file_field_and_value() {
             "zone",
             "geofaas.test",
         ),
+        (
+            berlin_with("id = \"potsdam\"", "id = \"potsdam\"\ncores = 0"),
+            "node[potsdam].cores",
+            "0",
+        ),
+        (
+            berlin_with("id = \"potsdam\"", "id = \"potsdam\"\nmemory_gb = -2"),
+            "node[potsdam].memory_gb",
+            "-2",
+        ),
+        (
+            berlin_with("id = \"cloud\"", "id = \"cloud\"\nbandwidth = nan"),
+            "node[cloud].bandwidth",
+            "NaN",
+        ),
+        (
+            berlin_with(
+                "policy = \"none\"",
+                "policy = \"none\"\nload_interval_ms = 0",
+            ),
+            "scheduler.load_interval_ms",
+            "0",
+        ),
     ];
     for (text, field, value) in cases {
         let err = invalid(&text);
@@ -164,6 +187,34 @@ fn validation_names_file_field_and_value() {
         assert!(msg.starts_with("bad.toml: "), "{msg}");
         assert!(msg.contains(value), "{msg} should quote {value}");
     }
+}
+
+#[test]
+fn node_capacities_default_by_role_and_the_file_overrides_them() {
+    let t = berlin();
+    let caps = |id: &str| {
+        let n = t.node(id).unwrap();
+        (n.cores(), n.memory_gb(), n.bandwidth())
+    };
+    assert_eq!(caps("tu-berlin"), (8.0, 16.0, 1000.0));
+    assert_eq!(caps("cloud"), (64.0, 256.0, 10_000.0));
+    assert_eq!(t.scheduler.load_interval_ms, 1000);
+    assert_eq!(t.scheduler.weights, None);
+    let text = berlin_with(
+        "id = \"potsdam\"",
+        "id = \"potsdam\"\ncores = 2\nmemory_gb = 0.5\nbandwidth = 250",
+    )
+    .replace(
+        "policy = \"none\"",
+        "policy = \"ppo\"\nweights = \"w/potsdam.safetensors\"",
+    );
+    let t = Topology::parse(&text, "t.toml", Path::new("examples")).unwrap();
+    let n = t.node("potsdam").unwrap();
+    assert_eq!((n.cores(), n.memory_gb(), n.bandwidth()), (2.0, 0.5, 250.0));
+    assert_eq!(
+        t.resolve(t.scheduler.weights.as_deref().unwrap()),
+        Path::new("examples/w/potsdam.safetensors")
+    );
 }
 
 #[test]

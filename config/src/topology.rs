@@ -96,6 +96,45 @@ pub struct NodeConfig {
     /// Backends in order of preference.
     #[serde(rename = "backend", default)]
     pub backends: Vec<BackendConfig>,
+    /// vCPU cores the scheduler plans with (one running call holds one). Default 8 for an
+    /// edge, 64 for the cloud ([`NodeConfig::cores`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<f64>,
+    /// Memory in GB the scheduler plans with (instances hold their function's `memory_mb`).
+    /// Default 16 for an edge, 256 for the cloud ([`NodeConfig::memory_gb`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// Bandwidth in Mbit/s for pulling a function's image on a cold start. Default 1000 for an
+    /// edge, 10000 for the cloud ([`NodeConfig::bandwidth`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<f64>,
+}
+
+impl NodeConfig {
+    /// vCPU cores: `cores`, else 8 for an edge and 64 for the cloud.
+    pub fn cores(&self) -> f64 {
+        self.cores
+            .unwrap_or(if self.role == Role::Cloud { 64.0 } else { 8.0 })
+    }
+
+    /// Memory in GB: `memory_gb`, else 16 for an edge and 256 for the cloud.
+    pub fn memory_gb(&self) -> f64 {
+        self.memory_gb.unwrap_or(if self.role == Role::Cloud {
+            256.0
+        } else {
+            16.0
+        })
+    }
+
+    /// Image-pull bandwidth in Mbit/s: `bandwidth`, else 1000 for an edge and 10000 for the
+    /// cloud.
+    pub fn bandwidth(&self) -> f64 {
+        self.bandwidth.unwrap_or(if self.role == Role::Cloud {
+            10_000.0
+        } else {
+            1_000.0
+        })
+    }
 }
 
 /// Settings of every gateway.
@@ -239,13 +278,37 @@ impl Default for SecuritySettings {
 }
 
 /// The live scheduler of the edge gateways.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerSettings {
-    /// Policy an edge asks, per call, whether to run the call here (in a warm or a new
-    /// instance) or offload it to the cloud at once. Default `none`.
+    /// Policy an edge asks, per call, which node runs the call (this edge, a neighbouring
+    /// edge or the cloud) and in a warm or a new instance. Default `none`.
     #[serde(default)]
     pub policy: SchedulerPolicy,
+    /// The PPO actor's weights (safetensors, as `geofaas train --topology FILE --out PATH`
+    /// writes them), relative to this file. Default none: the shipped Berlin weights. A file
+    /// that is missing or does not load makes the node use `greedy` (logged once per load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<PathBuf>,
+    /// Without a `[registry]`, milliseconds between the load reports each node sends the
+    /// edges (signed with the offload secret); a report older than three intervals is
+    /// ignored. With a registry its `load_interval_ms` applies. Default 1000.
+    #[serde(default = "default_load_interval_ms")]
+    pub load_interval_ms: u64,
+}
+
+fn default_load_interval_ms() -> u64 {
+    1000
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            policy: SchedulerPolicy::None,
+            weights: None,
+            load_interval_ms: default_load_interval_ms(),
+        }
+    }
 }
 
 /// A placement policy the gateway can run live.
@@ -257,7 +320,7 @@ pub enum SchedulerPolicy {
     None,
     /// Lowest latency the scheduler's model estimates (cold start + compute + communication).
     Greedy,
-    /// The shipped PPO actor (`scheduler/weights/berlin.safetensors`).
+    /// The PPO actor of `weights` (default the shipped `scheduler/weights/berlin.safetensors`).
     Ppo,
 }
 
@@ -398,6 +461,19 @@ impl Topology {
             }
             LatLon::new(node.location.lat, node.location.lon)
                 .map_err(|e| self.invalid(field("location"), node.location, e))?;
+            for (name, value, unit) in [
+                ("cores", node.cores, "vCPU cores"),
+                ("memory_gb", node.memory_gb, "GB"),
+                ("bandwidth", node.bandwidth, "Mbit/s"),
+            ] {
+                if let Some(v) = value.filter(|v| !v.is_finite() || *v <= 0.0) {
+                    return Err(self.invalid(
+                        field(name),
+                        v,
+                        format!("must be a positive number of {unit}"),
+                    ));
+                }
+            }
             if node.public_url.scheme() != "https" {
                 return Err(self.invalid(
                     field("public_url"),
@@ -483,6 +559,13 @@ impl Topology {
                     ));
                 }
             }
+        }
+        if self.scheduler.load_interval_ms == 0 {
+            return Err(self.invalid(
+                "scheduler.load_interval_ms".into(),
+                0,
+                "must be a positive number of milliseconds",
+            ));
         }
         if self.areas.sliver_tolerance_m.is_nan() || self.areas.sliver_tolerance_m < 0.0 {
             return Err(self.invalid(

@@ -42,7 +42,7 @@ pub use calls::{CallRecords, Shared};
 pub use error::FleetError;
 pub use etcd::Etcd;
 pub use member::{LoadSource, Member, Status};
-pub use record::{FunctionLoad, LoadReport, NodeLoad, NodeRecord};
+pub use record::{now_ms, Capacity, FunctionLoad, LoadReport, NodeLoad, NodeRecord};
 pub use view::{merge, FleetView, Refusal, Registered};
 
 /// A node's (or the DNS's) link to the registry.

@@ -28,6 +28,30 @@ pub struct NodeRecord {
     pub version: String,
     /// When it registered, in milliseconds since the Unix epoch.
     pub registered_ms: u64,
+    /// Its `cores`, `memory_gb` and `bandwidth` as its file sets them (none: the defaults);
+    /// absent in records of older nodes.
+    #[serde(default, skip_serializing_if = "Capacity::is_default")]
+    pub capacity: Capacity,
+}
+
+/// A node's capacities as its topology file sets them (see [`NodeConfig`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// vCPU cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<f64>,
+    /// Memory in GB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gb: Option<f64>,
+    /// Image-pull bandwidth in Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<f64>,
+}
+
+impl Capacity {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl NodeRecord {
@@ -47,6 +71,11 @@ impl NodeRecord {
             functions,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             registered_ms: now_ms(),
+            capacity: Capacity {
+                cores: node.cores,
+                memory_gb: node.memory_gb,
+                bandwidth: node.bandwidth,
+            },
         }
     }
 
@@ -64,6 +93,9 @@ impl NodeRecord {
             public_url: self.public_url.clone(),
             listen: self.listen,
             backends: Vec::new(),
+            cores: self.capacity.cores,
+            memory_gb: self.capacity.memory_gb,
+            bandwidth: self.capacity.bandwidth,
         }
     }
 }

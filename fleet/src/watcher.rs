@@ -62,7 +62,7 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
     for kv in &kvs {
         match apply_put(sinks, kv) {
             Some(Entry::Node(id, reg)) => {
-                view.nodes.insert(id, reg);
+                view.nodes.insert(id, *reg);
             }
             Some(Entry::Load(id, report)) => {
                 loads.insert(id, (report, Instant::now()));
@@ -92,8 +92,8 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
             }
             match apply_put(sinks, kv) {
                 Some(Entry::Node(id, reg)) => {
-                    changed |= view.nodes.get(&id) != Some(&reg);
-                    view.nodes.insert(id, reg);
+                    changed |= view.nodes.get(&id) != Some(&*reg);
+                    view.nodes.insert(id, *reg);
                 }
                 Some(Entry::Load(id, report)) => {
                     let mut loads = sinks.loads.write().unwrap_or_else(|p| p.into_inner());
@@ -120,7 +120,7 @@ fn publish(sinks: &Sinks, view: FleetView) {
 }
 
 enum Entry {
-    Node(String, Registered),
+    Node(String, Box<Registered>),
     Load(String, LoadReport),
 }
 
@@ -133,11 +133,11 @@ fn apply_put(sinks: &Sinks, kv: &pb::KeyValue) -> Option<Entry> {
             Ok(record) if record.id == id => {
                 return Some(Entry::Node(
                     id.to_owned(),
-                    Registered {
+                    Box::new(Registered {
                         record,
                         create_revision: kv.create_revision,
                         lease: kv.lease,
-                    },
+                    }),
                 ))
             }
             Ok(_) => tracing::warn!(key, "registry record names another node: ignored"),

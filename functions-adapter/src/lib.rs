@@ -41,7 +41,8 @@ pub enum ContainerChoice {
     /// Reuse an idle warm instance when there is one, else start one.
     #[default]
     Any,
-    /// Reuse an idle warm instance; start one only if none is idle.
+    /// Reuse a warm instance: an idle one, else wait for a busy one to finish (the local
+    /// runtime; others start one when none is idle); start one only when there is none.
     Reuse,
     /// Start a new instance even if a warm one is idle.
     New,

@@ -5,13 +5,17 @@
 //!    offload (reason `not_here`), none at the cloud means `404`;
 //! 2. an admission permit: an edge that has none offloads at once (`overloaded`), the cloud
 //!    waits for one until the call's deadline;
-//! 3. with a `[scheduler]` policy, whether to run here (warm or new instance) or offload now
-//!    (`scheduler`);
+//! 3. with a `[scheduler]` policy, where to run it: here (warm or new instance), on a
+//!    neighbouring edge or in the cloud (`scheduler`); an edge without a permit asks too, with
+//!    itself infeasible, so a saturated edge places calls elsewhere before anything queues.
+//!    A call forwarded here by another node is never forwarded again: it waits for a permit
+//!    like a call at the cloud, and the policy only picks warm or new;
 //! 4. each backend in turn; a failure moves on to the next backend and finally to the cloud
 //!    (`backend_failed`). The error's [`Fault`] says what the answer is when nothing is left:
 //!    "not deployed" is the client's `404`, anything else a `5xx` naming the last failure.
 //!
-//! [`run`] returns an [`Outcome`]; [`Outcome::into_response`] turns it into the answer.
+//! [`run`] returns an [`Outcome`], whose answer says where the call ran and why
+//! (`X-Placement`, `X-Placement-Reason`); [`Outcome::into_response`] turns it into the answer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,7 +25,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use geofaas_config::headers::{COLD_START, SERVED_BY, SERVER_TIMING};
+use geofaas_config::headers::{COLD_START, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING};
 use geofaas_config::LatLon;
 use geofaas_functions::{
     ContainerChoice, Fault, FunctionBackend, Invocation, InvokeError, InvokeOutput,
@@ -29,7 +33,7 @@ use geofaas_functions::{
 
 use crate::error::ApiError;
 use crate::node::NodeState;
-use crate::schedule::Placement;
+use crate::schedule::{LocalState, Placement};
 
 /// One call as received.
 #[derive(Debug)]
@@ -52,6 +56,8 @@ pub struct Call {
     pub route_time: Duration,
     /// The call's `X-Request-Id`, for the log lines it causes.
     pub request_id: HeaderValue,
+    /// Signed by another node that forwarded it here: it runs here or fails, never goes on.
+    pub forwarded: bool,
 }
 
 /// Why an edge sent a call to the cloud.
@@ -65,6 +71,8 @@ pub enum OffloadReason {
     Scheduler,
     /// Every backend here that serves the function failed.
     BackendFailed,
+    /// The scheduler placed the call on a neighbouring edge that could not be connected to.
+    NeighborUnreachable,
 }
 
 impl OffloadReason {
@@ -75,20 +83,67 @@ impl OffloadReason {
             Self::Overloaded => "overloaded",
             Self::Scheduler => "scheduler",
             Self::BackendFailed => "backend_failed",
+            Self::NeighborUnreachable => "neighbor_unreachable",
         }
     }
+}
+
+/// Where a call ran, as `X-Placement` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// Here, in an instance that was already running.
+    LocalWarm,
+    /// Here, in a newly started instance.
+    LocalNew,
+    /// On a neighbouring edge.
+    Neighbor,
+    /// In the cloud.
+    Cloud,
+}
+
+impl Ran {
+    /// Header value and metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::LocalWarm => "local-warm",
+            Self::LocalNew => "local-new",
+            Self::Neighbor => "neighbor",
+            Self::Cloud => "cloud",
+        }
+    }
+}
+
+/// Why a call served here ran here, when no policy placed it.
+pub mod why {
+    /// No `[scheduler]` policy: served where it landed.
+    pub const NO_POLICY: &str = "no_policy";
+    /// The policy had no profile or no feasible placement for it.
+    pub const NO_DECISION: &str = "no_decision";
+    /// Another node forwarded it here; it is never forwarded again.
+    pub const FORWARDED: &str = "forwarded";
 }
 
 /// What happened to a call.
 #[derive(Debug)]
 pub enum Outcome {
     /// A backend of this node answered.
-    Served(Response<Body>),
-    /// The cloud answered for this edge.
+    Served {
+        /// Its answer.
+        answer: Response<Body>,
+        /// In a warm or a new instance.
+        ran: Ran,
+        /// The policy's name, or one of [`why`].
+        why: &'static str,
+    },
+    /// Another node (the cloud or a neighbouring edge) answered for this edge.
     Offloaded {
         /// Why the edge offloaded.
         reason: OffloadReason,
-        /// The cloud's answer, marked `X-Offloaded-From`.
+        /// Which node answered.
+        ran: Ran,
+        /// The policy's name when it placed the call, else the reason's label.
+        why: &'static str,
+        /// The other node's answer, marked `X-Offloaded-From`.
         answer: Response<Body>,
     },
     /// No node could answer; the error says why.
@@ -99,7 +154,7 @@ impl Outcome {
     /// `served`, `offloaded` or `error` (metric label).
     pub fn label(&self) -> &'static str {
         match self {
-            Self::Served(_) => "served",
+            Self::Served { .. } => "served",
             Self::Offloaded { .. } => "offloaded",
             Self::Failed(_) => "error",
         }
@@ -108,16 +163,38 @@ impl Outcome {
     /// Where the call ran: `local`, `offloaded` or `none` (metric label).
     pub fn ran(&self) -> &'static str {
         match self {
-            Self::Served(_) => "local",
+            Self::Served { .. } => "local",
             Self::Offloaded { .. } => "offloaded",
             Self::Failed(_) => "none",
         }
     }
 
+    /// Where it ran and why, for `X-Placement` and the placement counter; `None` for a failure.
+    pub fn placement(&self) -> Option<(Ran, &'static str)> {
+        match self {
+            Self::Served { ran, why, .. } | Self::Offloaded { ran, why, .. } => Some((*ran, why)),
+            Self::Failed(_) => None,
+        }
+    }
+
+    /// Puts `X-Placement` and `X-Placement-Reason` on the answer.
+    fn mark(&mut self) {
+        let (Self::Served { answer, ran, why }
+        | Self::Offloaded {
+            answer, ran, why, ..
+        }) = self
+        else {
+            return;
+        };
+        let h = answer.headers_mut();
+        h.insert(PLACEMENT, HeaderValue::from_static(ran.label()));
+        h.insert(PLACEMENT_REASON, HeaderValue::from_static(why));
+    }
+
     /// The answer's status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Served(r) | Self::Offloaded { answer: r, .. } => r.status(),
+            Self::Served { answer: r, .. } | Self::Offloaded { answer: r, .. } => r.status(),
             Self::Failed(e) => e.status,
         }
     }
@@ -125,7 +202,7 @@ impl Outcome {
     /// The answer to send.
     pub fn into_response(self) -> Response<Body> {
         match self {
-            Self::Served(r) | Self::Offloaded { answer: r, .. } => r,
+            Self::Served { answer: r, .. } | Self::Offloaded { answer: r, .. } => r,
             Self::Failed(e) => e.into_response(),
         }
     }
@@ -133,7 +210,7 @@ impl Outcome {
     /// The answer as the idempotency cache and activations keep it.
     pub fn into_result(self) -> Result<Response<Body>, ApiError> {
         match self {
-            Self::Served(r) | Self::Offloaded { answer: r, .. } => Ok(r),
+            Self::Served { answer: r, .. } | Self::Offloaded { answer: r, .. } => Ok(r),
             Self::Failed(e) => Err(e),
         }
     }
@@ -143,7 +220,11 @@ impl Outcome {
 pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let function = call.function.clone();
     let received = call.received;
-    let outcome = decide_and_run(state, call).await;
+    let mut outcome = decide_and_run(state, call).await;
+    outcome.mark();
+    if let Some((ran, why)) = outcome.placement() {
+        state.metrics.placement(ran.label(), why);
+    }
     // A name no node serves (404, here or from the cloud) is whatever the client sent: keep it
     // out of the labels.
     let known = outcome.status() != StatusCode::NOT_FOUND;
@@ -159,66 +240,97 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
 async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let here = state.directory.local(&call.function).await;
     if here.is_empty() {
+        let reason = OffloadReason::NotHere;
         return offload_or(
             state,
             call,
-            OffloadReason::NotHere,
+            reason,
+            reason.label(),
             ApiError::unknown_function,
         )
         .await;
     }
     let deadline = call.received + state.call_timeout();
-    let permit = match state.cloud {
-        // An edge at capacity offloads instead of queueing the client behind other calls.
-        Some(_) => state.admission.try_acquire().ok(),
-        None => admit_queued(state, deadline).await,
-    };
-    let Some(permit) = permit else {
-        tracing::info!(function = %call.function, request_id = ?call.request_id, "at capacity: offloading");
-        return offload_or(state, call, OffloadReason::Overloaded, |_| overloaded()).await;
+    let may_forward = state.cloud.is_some() && !call.forwarded;
+    let permit = if may_forward {
+        // An edge at capacity places the call elsewhere instead of queueing the client
+        // behind other calls.
+        state.admission.try_acquire().ok()
+    } else {
+        admit_queued(state, deadline).await
     };
     // Waiting for admission only; the decision below is reported as `sched`.
     let queued = call.received.elapsed().saturating_sub(call.route_time);
-    let started = Instant::now();
-    let placement = state.scheduler.as_ref().and_then(|s| {
-        let in_flight = state
-            .topology
-            .gateway
-            .max_concurrent_calls
-            .max(1)
-            .saturating_sub(state.admission.available_permits() + 1);
-        s.decide(
-            &state.topology,
-            state.directory.backends(),
-            &call.function,
-            call.location,
-            in_flight,
-        )
-    });
-    let sched = state.scheduler.as_ref().map(|_| started.elapsed());
+    let (placement, sched) = match &state.scheduler {
+        Some(s) => {
+            let started = Instant::now();
+            let local = LocalState {
+                in_flight: state
+                    .topology
+                    .gateway
+                    .max_concurrent_calls
+                    .max(1)
+                    .saturating_sub(state.admission.available_permits() + 1),
+                admitted: permit.is_some(),
+                may_forward,
+            };
+            let placement = s.decide(
+                &state.topology,
+                state.directory.backends(),
+                &call.function,
+                call.location,
+                local,
+            );
+            let took = started.elapsed();
+            state.metrics.decision(took);
+            (placement.map(|p| (p, s.name())), Some(took))
+        }
+        None => (None, None),
+    };
     let choice = match placement {
-        Some(Placement::Cloud) => {
+        Some((Placement::Cloud, policy)) => {
             drop(permit);
-            return offload_or(state, call, OffloadReason::Scheduler, |_| {
+            return offload_or(state, call, OffloadReason::Scheduler, policy, |_| {
                 unreachable_cloud()
             })
             .await;
         }
-        Some(Placement::Reuse) => ContainerChoice::Reuse,
-        Some(Placement::New) => ContainerChoice::New,
+        Some((Placement::Neighbor(i), policy)) => {
+            drop(permit);
+            return forward_to_neighbor(state, call, i, policy).await;
+        }
+        Some((Placement::Reuse, _)) => ContainerChoice::Reuse,
+        Some((Placement::New, _)) => ContainerChoice::New,
         None => ContainerChoice::Any,
+    };
+    let Some(permit) = permit else {
+        tracing::info!(function = %call.function, request_id = ?call.request_id, "at capacity: offloading");
+        let reason = OffloadReason::Overloaded;
+        return offload_or(state, call, reason, reason.label(), |_| overloaded()).await;
+    };
+    let why = match (call.forwarded, placement, &state.scheduler) {
+        (true, _, _) => why::FORWARDED,
+        (false, Some((_, policy)), _) => policy,
+        (false, None, Some(_)) => why::NO_DECISION,
+        (false, None, None) => why::NO_POLICY,
     };
     let err = match try_backends(state, &here, &call, deadline, choice).await {
         Ok(out) => {
             if out.cold_start {
                 state.metrics.cold_start(&call.function, out.cold);
             }
+            let ran = if out.cold_start {
+                Ran::LocalNew
+            } else {
+                Ran::LocalWarm
+            };
             let timing = Timing {
                 route: call.route_time,
                 queue: queued,
                 sched,
             };
-            return Outcome::Served(local_response(state, out, timing));
+            let answer = local_response(state, out, timing);
+            return Outcome::Served { answer, ran, why };
         }
         Err(e) => e,
     };
@@ -228,7 +340,51 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
         Fault::Client => OffloadReason::NotHere,
         Fault::Function | Fault::Backend | Fault::Network => OffloadReason::BackendFailed,
     };
-    offload_or(state, call, reason, |f| ApiError::from_invoke(f, &err)).await
+    offload_or(state, call, reason, reason.label(), |f| {
+        ApiError::from_invoke(f, &err)
+    })
+    .await
+}
+
+/// Forwards the call, signed, to the neighbouring edge the scheduler chose; one that cannot be
+/// connected to leaves the call to the cloud (it never arrived, so it cannot run twice).
+async fn forward_to_neighbor(
+    state: &NodeState,
+    call: Call,
+    neighbor: usize,
+    policy: &'static str,
+) -> Outcome {
+    let target = state.scheduler.as_ref().and_then(|s| s.neighbor(neighbor));
+    let (Some(link), Some(target)) = (&state.cloud, target) else {
+        return offload_or(state, call, OffloadReason::Scheduler, policy, |_| {
+            unreachable_cloud()
+        })
+        .await;
+    };
+    tracing::debug!(to = %target.id, "placing the call on a neighbouring edge");
+    let deadline = call.received + state.call_timeout();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let forward = Box::pin(link.forward_to(
+        &target.url,
+        &call.method,
+        &call.path_and_query,
+        &call.headers,
+        call.body.clone(),
+        remaining,
+    ));
+    match forward.await {
+        Ok(answer) => Outcome::Offloaded {
+            reason: OffloadReason::Scheduler,
+            ran: Ran::Neighbor,
+            why: policy,
+            answer,
+        },
+        Err(e) if !e.sent => {
+            let reason = OffloadReason::NeighborUnreachable;
+            offload_or(state, call, reason, reason.label(), |_| e.error).await
+        }
+        Err(e) => Outcome::Failed(e.error),
+    }
 }
 
 /// A permit at a node that cannot offload: waits in a bounded queue (`limits.max_queued_calls`)
@@ -263,15 +419,17 @@ fn overloaded() -> ApiError {
     .retry_after(1)
 }
 
-/// Offloads the call if this is an edge with a link to the cloud, else answers
-/// `otherwise(function)`.
+/// Offloads the call if this is an edge with a link to the cloud and the call was not
+/// forwarded here, else answers `otherwise(function)`; `why` is the answer's
+/// `X-Placement-Reason`.
 async fn offload_or(
     state: &NodeState,
     call: Call,
     reason: OffloadReason,
+    why: &'static str,
     otherwise: impl FnOnce(&str) -> ApiError,
 ) -> Outcome {
-    let Some(cloud) = &state.cloud else {
+    let Some(cloud) = state.cloud.as_ref().filter(|_| !call.forwarded) else {
         return Outcome::Failed(otherwise(&call.function));
     };
     state.metrics.offload(reason.label());
@@ -288,7 +446,12 @@ async fn offload_or(
         remaining,
     ));
     match forward.await {
-        Ok(answer) => Outcome::Offloaded { reason, answer },
+        Ok(answer) => Outcome::Offloaded {
+            reason,
+            ran: Ran::Cloud,
+            why,
+            answer,
+        },
         // A full edge whose cloud is unreachable sheds the call at once.
         Err(_) if reason == OffloadReason::Overloaded => Outcome::Failed(overloaded()),
         Err(e) => Outcome::Failed(e),

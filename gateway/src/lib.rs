@@ -27,6 +27,7 @@ pub mod headers;
 pub mod idempotency;
 pub mod invoke;
 pub mod limits;
+pub mod loads;
 pub mod metrics;
 pub mod node;
 pub mod offload;
@@ -110,6 +111,8 @@ pub struct NodeHandle {
     pub addr: SocketAddr,
     stop: CancellationToken,
     task: JoinHandle<std::io::Result<()>>,
+    /// Sends and collects load reports for the scheduler ([`loads::exchange`]).
+    exchange: JoinHandle<()>,
 }
 
 impl NodeHandle {
@@ -133,12 +136,14 @@ impl NodeHandle {
             limits,
             async move { token.cancelled().await },
         ));
+        let exchange = tokio::spawn(loads::exchange(live.clone()));
         Ok(Self {
             state,
             live,
             addr,
             stop,
             task,
+            exchange,
         })
     }
 
@@ -180,6 +185,7 @@ impl NodeHandle {
     /// Stops accepting, drains in-flight calls and waits for the server to end.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.state.ready.store(false, Ordering::Relaxed);
+        self.exchange.abort();
         self.stop.cancel();
         self.task.await??;
         Ok(())

@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use metrics::{Histogram, Key, Label, Level, Metadata, Recorder, Unit};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 
 /// Calls of `/fn/{name}` answered by this node: `outcome`, `ran` (`local`, `offloaded`, `none`).
 pub const CALL_SECONDS: &str = "geofaas_call_duration_seconds";
@@ -21,6 +23,16 @@ pub const COLD_START_SECONDS: &str = "geofaas_cold_start_duration_seconds";
 pub const HANDOVERS: &str = "geofaas_handovers_total";
 /// Calls this edge offloaded to the cloud, by `reason`.
 pub const OFFLOADS: &str = "geofaas_offloads_total";
+/// Calls answered, by where they ran (`placement`: `local-warm`, `local-new`, `neighbor`,
+/// `cloud`) and why (`reason`, the `X-Placement-Reason` values).
+pub const PLACEMENTS: &str = "geofaas_placements_total";
+/// Time the `[scheduler]` policy took to decide one call.
+pub const DECISION_SECONDS: &str = "geofaas_scheduler_decision_seconds";
+
+/// Buckets of [`DECISION_SECONDS`]: 1 µs to 10 ms.
+const DECISION_BUCKETS: [f64; 10] = [
+    0.000_001, 0.000_002, 0.000_005, 0.000_01, 0.000_02, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01,
+];
 
 /// Histogram buckets in seconds: 0.5 ms to 30 s.
 const BUCKETS: [f64; 16] = [
@@ -41,6 +53,8 @@ pub struct NodeMetrics {
     /// in the registry (measured: about 5% of a proxied call's instructions).
     calls: RwLock<HashMap<String, Vec<(&'static str, Histogram)>>>,
     backend_calls: RwLock<HashMap<(&'static str, &'static str), Histogram>>,
+    placements: RwLock<HashMap<(&'static str, &'static str), Counter>>,
+    decisions: Histogram,
 }
 
 impl std::fmt::Debug for NodeMetrics {
@@ -57,6 +71,8 @@ impl NodeMetrics {
         let recorder = PrometheusBuilder::new()
             .set_buckets(&BUCKETS)
             .expect("the bucket list is not empty")
+            .set_buckets_for_metric(Matcher::Full(DECISION_SECONDS.into()), &DECISION_BUCKETS)
+            .expect("the bucket list is not empty")
             .build_recorder();
         for (name, help) in [
             (
@@ -68,6 +84,10 @@ impl NodeMetrics {
                 "Duration of one call to a function backend",
             ),
             (COLD_START_SECONDS, "Time to start a new function instance"),
+            (
+                DECISION_SECONDS,
+                "Time the scheduler policy took to place one call",
+            ),
         ] {
             recorder.describe_histogram(name.into(), Some(Unit::Seconds), help.into());
         }
@@ -77,7 +97,14 @@ impl NodeMetrics {
             "Calls handed over with a 307".into(),
         );
         recorder.describe_counter(OFFLOADS.into(), None, "Calls offloaded to the cloud".into());
+        recorder.describe_counter(
+            PLACEMENTS.into(),
+            None,
+            "Calls answered, by where they ran and why".into(),
+        );
         let handle = recorder.handle();
+        let key = Key::from_parts(DECISION_SECONDS, vec![Label::new("node", node.to_owned())]);
+        let decisions = recorder.register_histogram(&key, &METADATA);
         Self {
             node: node.to_owned(),
             recorder,
@@ -85,6 +112,8 @@ impl NodeMetrics {
             process,
             calls: RwLock::default(),
             backend_calls: RwLock::default(),
+            placements: RwLock::default(),
+            decisions,
         }
     }
 
@@ -168,6 +197,26 @@ impl NodeMetrics {
     pub fn offload(&self, reason: &str) {
         self.count(OFFLOADS, &[("reason", reason)]);
     }
+
+    /// Where an answered call ran and why.
+    pub fn placement(&self, placement: &'static str, reason: &'static str) {
+        let cached = read(&self.placements).get(&(placement, reason)).cloned();
+        let counter = cached.unwrap_or_else(|| {
+            let key = Key::from_parts(
+                PLACEMENTS,
+                self.labels(&[("placement", placement), ("reason", reason)]),
+            );
+            let c = self.recorder.register_counter(&key, &METADATA);
+            write(&self.placements).insert((placement, reason), c.clone());
+            c
+        });
+        counter.increment(1);
+    }
+
+    /// One scheduler decision.
+    pub fn decision(&self, d: Duration) {
+        self.decisions.record(d.as_secs_f64());
+    }
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -190,6 +239,9 @@ mod tests {
             m.backend_call("tinyfaas", "ok", Duration::from_millis(1));
         }
         m.call("echo", "error", "none", Duration::from_millis(2));
+        m.placement("neighbor", "greedy");
+        m.placement("neighbor", "greedy");
+        m.decision(Duration::from_micros(3));
         let text = m.render();
         let count = |series: &str| {
             text.lines()
@@ -217,6 +269,14 @@ mod tests {
                 r#"geofaas_backend_call_duration_seconds_count{node="cbd",backend="tinyfaas",outcome="ok"}"#
             ),
             "3"
+        );
+        assert_eq!(
+            count(r#"geofaas_placements_total{node="cbd",placement="neighbor",reason="greedy"}"#),
+            "2"
+        );
+        assert_eq!(
+            count(r#"geofaas_scheduler_decision_seconds_bucket{node="cbd",le="0.000005"}"#),
+            "1"
         );
     }
 }

@@ -78,6 +78,11 @@ pub struct NodeState {
     pub idempotency: Arc<crate::idempotency::IdempotencyCache>,
     /// Calls running in the background for `Prefer: respond-async` clients.
     pub activations: Arc<crate::activations::Activations>,
+    /// The other nodes' latest load reports (kept across reloads).
+    pub loads: Arc<crate::loads::LoadBoard>,
+    /// HTTPS client for node-to-node requests other than calls (load reports); with an
+    /// offload secret only.
+    peer_client: Option<reqwest::Client>,
     /// What the node was started with, for reloads.
     opts: NodeOptions,
 }
@@ -133,9 +138,21 @@ impl NodeState {
             )?),
             _ => None,
         };
+        let loads = before.map(|b| b.loads.clone()).unwrap_or_default();
         let scheduler = match cloud {
-            Some(_) => EdgeScheduler::from_topology(&topology, id)?,
+            Some(_) => EdgeScheduler::from_topology(&topology, id, loads.clone())?,
             None => None,
+        };
+        let peer_client = match (before, &key) {
+            (Some(b), Some(_)) if b.peer_client.is_some() => b.peer_client.clone(),
+            (_, Some(_)) => {
+                let mut client = reqwest::Client::builder();
+                if let Some(pem) = &opts.ca_pem {
+                    client = client.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+                }
+                Some(client.build()?)
+            }
+            (_, None) => None,
         };
         let id_header = HeaderValue::from_str(id)?;
         let peers = if opts.probe_peers && tokio::runtime::Handle::try_current().is_ok() {
@@ -196,9 +213,21 @@ impl NodeState {
                 |b| b.idempotency.clone(),
             ),
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
+            loads,
+            peer_client,
             opts,
             topology,
         })
+    }
+
+    /// The fleet registry, when `[registry]` is configured.
+    pub fn fleet(&self) -> Option<&Arc<geofaas_fleet::Fleet>> {
+        self.opts.fleet.as_ref()
+    }
+
+    /// The client for node-to-node requests (with an offload secret only).
+    pub fn peer_client(&self) -> Option<&reqwest::Client> {
+        self.peer_client.as_ref()
     }
 
     /// Deadline of one call.

@@ -1,5 +1,6 @@
-//! Offload to the cloud: an authenticated node-to-node HTTPS call whose answer the edge
-//! passes through to its client, marked `X-Offloaded-From`.
+//! Offload to the cloud or to a neighbouring edge: an authenticated node-to-node HTTPS call
+//! whose answer the edge passes through to its client, marked `X-Offloaded-From`. The node it
+//! lands on serves it there (a signed call is never forwarded again).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
@@ -24,7 +25,18 @@ const PASSED_BACK: [&str; 6] = [
     "retry-after",
 ];
 
-/// A connection-reusing HTTPS client to the cloud gateway.
+/// A forward that failed; `sent` is false when the call never left this node (the peer could
+/// not be connected to), so trying another node cannot run it twice.
+#[derive(Debug)]
+pub struct ForwardError {
+    /// The answer to give when nothing else is tried.
+    pub error: ApiError,
+    /// Whether the request may have reached the peer.
+    pub sent: bool,
+}
+
+/// A connection-reusing HTTPS client to the cloud gateway (and, for the scheduler, to the
+/// neighbouring edges).
 #[derive(Debug, Clone)]
 pub struct CloudLink {
     cloud_id: String,
@@ -87,6 +99,11 @@ impl CloudLink {
         Ok(list.served_here)
     }
 
+    /// The HTTPS client (it trusts the platform CA), for other node-to-node requests.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// Sends the call to the cloud and returns its answer with `X-Offloaded-From: <me>`.
     pub async fn forward(
         &self,
@@ -96,12 +113,28 @@ impl CloudLink {
         body: Bytes,
         timeout: Duration,
     ) -> Result<Response<Body>, ApiError> {
-        let url = self.base.join(path_and_query).map_err(|_| {
-            ApiError::new(
+        self.forward_to(&self.base, method, path_and_query, headers, body, timeout)
+            .await
+            .map_err(|e| e.error)
+    }
+
+    /// Sends the call, signed, to the gateway at `base` (the cloud or a neighbouring edge).
+    pub async fn forward_to(
+        &self,
+        base: &Url,
+        method: &Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Response<Body>, ForwardError> {
+        let url = base.join(path_and_query).map_err(|_| ForwardError {
+            error: ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad_path",
                 "request path is not a valid URL path",
-            )
+            ),
+            sent: false,
         })?;
         let path = url.path().to_owned();
         let mut req = self
@@ -117,17 +150,20 @@ impl CloudLink {
             req = req.header(name, value);
         }
         let resp = req.send().await.map_err(|e| {
-            tracing::warn!(path = %path, error = %e, "offload to the cloud failed");
+            tracing::warn!(path = %path, to = %base, error = %e, "forwarding a call failed");
             let (status, code) = if e.is_timeout() {
                 (StatusCode::GATEWAY_TIMEOUT, "timeout")
             } else {
                 (StatusCode::BAD_GATEWAY, "offload_failed")
             };
-            ApiError::new(
-                status,
-                code,
-                "the edge failed and the cloud could not be reached",
-            )
+            ForwardError {
+                error: ApiError::new(
+                    status,
+                    code,
+                    "the edge failed and the cloud could not be reached",
+                ),
+                sent: !e.is_connect(),
+            }
         })?;
         let status = resp.status();
         let mut out = Response::builder().status(status);
@@ -136,23 +172,25 @@ impl CloudLink {
                 out = out.header(name, v);
             }
         }
-        let body = resp.bytes().await.map_err(|_| {
-            ApiError::new(
+        let body = resp.bytes().await.map_err(|_| ForwardError {
+            error: ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "offload_failed",
                 "the cloud's answer was cut off",
-            )
+            ),
+            sent: true,
         })?;
         out = out.header(
             HeaderName::from_static(OFFLOADED_FROM),
             HeaderValue::from_str(&self.me).unwrap_or(HeaderValue::from_static("edge")),
         );
-        out.body(Body::from(body)).map_err(|_| {
-            ApiError::new(
+        out.body(Body::from(body)).map_err(|_| ForwardError {
+            error: ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "offload_failed",
                 "the cloud's answer was malformed",
-            )
+            ),
+            sent: true,
         })
     }
 }

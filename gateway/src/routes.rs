@@ -66,6 +66,7 @@ pub fn router_live(live: Arc<Live>) -> Router {
         .route("/readyz", get(readyz))
         .route("/registry", get(registry))
         .route("/metrics", get(metrics))
+        .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -180,6 +181,7 @@ async fn handle_call(
         received,
         route_time,
         request_id,
+        forwarded: signed,
     };
     if crate::activations::wants_async(&parts.headers) {
         let owner = caller.key_id().map(str::to_owned);
@@ -326,6 +328,16 @@ async fn registry(
     Ok(Json(
         json!({"self": state.id, "ready": state.ready.load(Ordering::Relaxed), "nodes": nodes}),
     ))
+}
+
+/// `POST /node/load`: another node's load report ([`crate::loads::receive`]).
+async fn load_report(
+    State(live): State<Arc<Live>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, ApiError> {
+    crate::loads::receive(&live.current(), &headers, &body)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<Body> {

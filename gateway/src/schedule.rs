@@ -1,19 +1,28 @@
-//! The live scheduler of an edge: before running a call, ask a placement [`Policy`] whether to
-//! serve it here (in a warm or a new instance) or to offload it to the cloud at once.
+//! The live scheduler of an edge: before running a call, ask a placement [`Policy`] which node
+//! runs it (this edge, a neighbouring edge or the cloud) and whether in a warm or a new
+//! instance.
 //!
-//! The observation has two candidates: this edge, with its local pool's live counts, and the
-//! cloud, of which the edge knows nothing live. Node capacities are the scheduler's defaults for
-//! a topology file (`geofaas_scheduler::topology::Topology::from_config`: edges 8 cores, 16 GB,
-//! 3 GHz, 1 Gbit/s; the cloud 64 cores, 256 GB, 10 Gbit/s, 12.5 ms access delay).
+//! The observation lists every node of the topology but this edge's own role: this edge first,
+//! with its pools' live counts; then each other edge, from its latest load report
+//! ([`crate::loads`]), or infeasible when it has none that is fresh or does not serve the
+//! function; the cloud last, from its report when it has a fresh one, else as an empty node
+//! (every capacity free, no warm instance). Capacities are the nodes' `cores`, `memory_gb` and
+//! `bandwidth` ([`geofaas_scheduler::topology::Topology::from_config`]); link delays follow
+//! from the locations (great-circle propagation from the client, plus the cloud's access
+//! delay). One decision allocates one `Vec` of candidates and nothing else.
 
 use std::sync::Arc;
 
-use geofaas_config::{LatLon, SchedulerPolicy, Topology};
+use geofaas_config::{LatLon, Role, SchedulerPolicy, Topology};
+use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
 use geofaas_scheduler::model::{compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec};
 use geofaas_scheduler::ppo::PpoPolicy;
 use geofaas_scheduler::{Candidate, Observation, Policy, RequestInfo};
+use url::Url;
+
+use crate::loads::LoadBoard;
 
 /// Where the policy wants a call to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,76 +31,125 @@ pub enum Placement {
     Reuse,
     /// Here, in a new instance.
     New,
+    /// On the neighbouring edge with this index in [`EdgeScheduler::neighbor`].
+    Neighbor(usize),
     /// In the cloud, now.
     Cloud,
 }
 
-/// A policy with the two nodes it chooses between.
+/// Another edge the scheduler may place calls on.
+#[derive(Debug, Clone)]
+pub struct Neighbor {
+    /// Its node id.
+    pub id: String,
+    /// Its gateway, where a placed call is forwarded.
+    pub url: Url,
+    spec: NodeSpec,
+}
+
+/// What a decision knows about this edge besides its pools.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalState {
+    /// Calls running here besides this one.
+    pub in_flight: usize,
+    /// Whether the call may run here at all (false: no admission permit left).
+    pub admitted: bool,
+    /// Whether the call may go elsewhere (false: it was forwarded to this node already).
+    pub may_forward: bool,
+}
+
+/// A policy with the nodes it chooses between.
 pub struct EdgeScheduler {
     policy: Arc<dyn Policy>,
+    /// `ppo` or `greedy`: the policy actually running (greedy when PPO weights failed to load).
+    reason: &'static str,
     here: NodeSpec,
+    neighbors: Vec<Neighbor>,
+    cloud_id: String,
     cloud: NodeSpec,
+    loads: Arc<LoadBoard>,
+    stale_ms: u64,
 }
 
 impl std::fmt::Debug for EdgeScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EdgeScheduler")
-            .field("policy", &self.policy.name())
+            .field("policy", &self.reason)
+            .field("neighbors", &self.neighbors.len())
             .finish_non_exhaustive()
     }
 }
 
 impl EdgeScheduler {
-    /// The scheduler the topology asks for at edge `id`; `None` for policy `none`.
-    pub fn from_topology(topology: &Topology, id: &str) -> anyhow::Result<Option<Self>> {
+    /// The scheduler the topology asks for at edge `id`, reading other nodes' load from
+    /// `loads`; `None` for policy `none`. PPO weights that cannot be loaded make it greedy, with
+    /// one warning naming the file and the error.
+    pub fn from_topology(
+        topology: &Topology,
+        id: &str,
+        loads: Arc<LoadBoard>,
+    ) -> anyhow::Result<Option<Self>> {
         let link = LinkModel::default();
-        let policy: Arc<dyn Policy> = match topology.scheduler.policy {
+        let (policy, reason): (Arc<dyn Policy>, &'static str) = match topology.scheduler.policy {
             SchedulerPolicy::None => return Ok(None),
-            SchedulerPolicy::Greedy => Arc::new(GreedyPolicy::new(link)),
-            SchedulerPolicy::Ppo => {
-                let bytes = geofaas_scheduler::cli::shipped_weights("berlin")
-                    .ok_or_else(|| anyhow::anyhow!("no shipped PPO weights"))?;
-                Arc::new(PpoPolicy::from_bytes(bytes, link)?)
-            }
+            SchedulerPolicy::Greedy => (Arc::new(GreedyPolicy::new(link)), "greedy"),
+            SchedulerPolicy::Ppo => match load_ppo(topology, link) {
+                Ok(p) => (Arc::new(p), "ppo"),
+                Err(e) => {
+                    tracing::warn!(node = id, error = %e, "scheduler: PPO weights unusable, using greedy instead");
+                    (Arc::new(GreedyPolicy::new(link)), "greedy")
+                }
+            },
         };
         let specs = geofaas_scheduler::topology::Topology::from_config(topology)?;
-        let spec_of = |node: &str| {
-            specs
-                .ids
-                .iter()
-                .position(|i| i == node)
-                .map(|i| specs.nodes[i])
-        };
-        let here = spec_of(id).ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
-        let cloud_id = topology
-            .nodes
-            .iter()
-            .find(|n| n.role == geofaas_config::Role::Cloud)
-            .map(|n| n.id.as_str())
-            .ok_or_else(|| anyhow::anyhow!("topology has no cloud node"))?;
-        let cloud = spec_of(cloud_id).ok_or_else(|| anyhow::anyhow!("no node {cloud_id:?}"))?;
+        let mut here = None;
+        let mut cloud = None;
+        let mut neighbors = Vec::new();
+        for (node, spec) in topology.nodes.iter().zip(&specs.nodes) {
+            match node.role {
+                _ if node.id == id => here = Some(*spec),
+                Role::Cloud => cloud = Some((node.id.clone(), *spec)),
+                Role::Edge => neighbors.push(Neighbor {
+                    id: node.id.clone(),
+                    url: node.public_url.clone(),
+                    spec: *spec,
+                }),
+            }
+        }
+        let here = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
+        let (cloud_id, cloud) = cloud.ok_or_else(|| anyhow::anyhow!("topology has no cloud"))?;
         Ok(Some(Self {
             policy,
+            reason,
             here,
+            neighbors,
+            cloud_id,
             cloud,
+            loads,
+            stale_ms: crate::loads::stale_ms(topology),
         }))
     }
 
-    /// The policy's name (`greedy`, `ppo`).
-    pub fn name(&self) -> &str {
-        self.policy.name()
+    /// The policy's name (`greedy`, `ppo`): the `X-Placement-Reason` of its placements.
+    pub fn name(&self) -> &'static str {
+        self.reason
+    }
+
+    /// Neighbouring edge `i` of a [`Placement::Neighbor`].
+    pub fn neighbor(&self, i: usize) -> Option<&Neighbor> {
+        self.neighbors.get(i)
     }
 
     /// Decides a call of `function` from a client at `source` (this node's location when the
-    /// client's is unknown) with `in_flight` other calls running here; `None` when the topology
-    /// has no profile for the function or the policy finds no feasible placement.
+    /// client's is unknown); `None` when the topology has no profile for the function or the
+    /// policy finds no feasible placement.
     pub fn decide(
         &self,
         topology: &Topology,
         backends: &[Arc<dyn FunctionBackend>],
         function: &str,
         source: Option<LatLon>,
-        in_flight: usize,
+        local: LocalState,
     ) -> Option<Placement> {
         let (function_id, f) = topology
             .functions
@@ -100,7 +158,31 @@ impl EdgeScheduler {
             .find(|(_, f)| f.name == function)?;
         let profile = FunctionProfile::from(f);
         let stats = backends.iter().find_map(|b| b.stats(function));
-        let here = self.local(&profile, stats, in_flight);
+        let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);
+        candidates.push(self.local(&profile, stats, local));
+        let now = now_ms();
+        for n in &self.neighbors {
+            let report = local
+                .may_forward
+                .then(|| {
+                    self.loads.with_fresh(&n.id, now, self.stale_ms, |r| {
+                        reported(n.spec, &profile, function, r)
+                    })
+                })
+                .flatten()
+                .flatten();
+            candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
+        }
+        candidates.push(if local.may_forward {
+            self.loads
+                .with_fresh(&self.cloud_id, now, self.stale_ms, |r| {
+                    reported(self.cloud, &profile, function, r)
+                })
+                .flatten()
+                .unwrap_or_else(|| empty(self.cloud))
+        } else {
+            infeasible(self.cloud)
+        });
         let obs = Observation {
             request: RequestInfo {
                 function_id,
@@ -109,20 +191,26 @@ impl EdgeScheduler {
                 slo_ms: f.slo_ms,
                 profile,
             },
-            candidates: vec![here, self.remote()],
+            candidates,
         };
         let action = self.policy.decide(&obs)?;
+        let last = obs.candidates.len() - 1;
         Some(match (action.candidate, action.new_container) {
             (0, false) => Placement::Reuse,
             (0, true) => Placement::New,
-            _ => Placement::Cloud,
+            (i, _) if i == last => Placement::Cloud,
+            (i, _) => Placement::Neighbor(i - 1),
         })
     }
 
     /// This edge: cores less the calls running here (one core each, as the model assumes);
     /// instances of the function from its pool. A pool at its instance limit cannot start one
     /// (no memory to offer); a busy instance frees after about the function's compute time.
-    fn local(&self, p: &FunctionProfile, stats: Option<PoolStats>, in_flight: usize) -> Candidate {
+    /// Without an admission permit nothing here is feasible.
+    fn local(&self, p: &FunctionProfile, stats: Option<PoolStats>, local: LocalState) -> Candidate {
+        if !local.admitted {
+            return infeasible(self.here);
+        }
         let s = stats.unwrap_or(PoolStats {
             idle: 0,
             busy: 0,
@@ -132,7 +220,7 @@ impl EdgeScheduler {
         let held = (s.idle + s.busy) as f64 * p.memory_mb;
         Candidate {
             node: self.here,
-            free_cores: (self.here.cores - in_flight as f64).max(0.0),
+            free_cores: (self.here.cores - local.in_flight as f64).max(0.0),
             free_memory_mb: if full {
                 0.0
             } else {
@@ -144,19 +232,75 @@ impl EdgeScheduler {
             wait_ms: compute_ms(p, self.here.ghz),
         }
     }
+}
 
-    /// The cloud: the edge has no live view of it, so it is taken as empty (all capacity free)
-    /// and without a warm instance (only a new instance is feasible, so the policy weighs the
-    /// cloud's cold start), which is pessimistic for busy functions the cloud keeps warm.
-    fn remote(&self) -> Candidate {
-        Candidate {
-            node: self.cloud,
-            free_cores: self.cloud.cores,
-            free_memory_mb: self.cloud.memory_mb,
-            evictable_memory_mb: 0.0,
-            idle: 0,
-            busy: 0,
-            wait_ms: 0.0,
+/// The PPO policy of `[scheduler] weights`, else the shipped Berlin weights.
+fn load_ppo(topology: &Topology, link: LinkModel) -> anyhow::Result<PpoPolicy> {
+    match &topology.scheduler.weights {
+        Some(path) => {
+            let path = topology.resolve(path);
+            let policy = PpoPolicy::load(&path, link)
+                .map_err(|e| anyhow::anyhow!("scheduler.weights = {}: {e}", path.display()))?;
+            tracing::info!(weights = %path.display(), "scheduler: PPO weights loaded");
+            Ok(policy)
         }
+        None => {
+            let bytes = geofaas_scheduler::cli::shipped_weights("berlin")
+                .ok_or_else(|| anyhow::anyhow!("no shipped PPO weights"))?;
+            Ok(PpoPolicy::from_bytes(bytes, link)?)
+        }
+    }
+}
+
+/// A node from its load report: cores less its running calls (none while it queues), memory
+/// less what the function's instances hold, and their counts; `None` when its report does not
+/// list the function (it does not serve it in a pool).
+fn reported(
+    spec: NodeSpec,
+    p: &FunctionProfile,
+    function: &str,
+    r: &LoadReport,
+) -> Option<Candidate> {
+    let f = r.load.functions.get(function)?;
+    let free_cores = if r.load.queued > 0 {
+        0.0
+    } else {
+        (spec.cores - r.load.running as f64).max(0.0)
+    };
+    Some(Candidate {
+        node: spec,
+        free_cores,
+        free_memory_mb: (spec.memory_mb - (f.idle + f.busy) as f64 * p.memory_mb).max(0.0),
+        evictable_memory_mb: 0.0,
+        idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
+        busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
+        wait_ms: compute_ms(p, spec.ghz),
+    })
+}
+
+/// A node with every capacity free and no warm instance: only a new instance is feasible, so
+/// the policy weighs its cold start (pessimistic for functions it keeps warm).
+fn empty(spec: NodeSpec) -> Candidate {
+    Candidate {
+        node: spec,
+        free_cores: spec.cores,
+        free_memory_mb: spec.memory_mb,
+        evictable_memory_mb: 0.0,
+        idle: 0,
+        busy: 0,
+        wait_ms: 0.0,
+    }
+}
+
+/// A node no action may choose (no fresh report, or the call may not go there).
+fn infeasible(spec: NodeSpec) -> Candidate {
+    Candidate {
+        node: spec,
+        free_cores: 0.0,
+        free_memory_mb: 0.0,
+        evictable_memory_mb: 0.0,
+        idle: 0,
+        busy: 0,
+        wait_ms: 0.0,
     }
 }

@@ -177,24 +177,22 @@ impl Topology {
         }
     }
 
-    /// Builds a topology from a geofaas topology file: edge nodes get 8 cores / 16 GB / 3 GHz /
-    /// 1 Gbit/s, the cloud 64 cores / 256 GB / 10 Gbit/s and 12.5 ms access delay (the file has
-    /// no capacities); functions keep their profiles (1 core per request).
+    /// Builds a topology from a geofaas topology file: each node's `cores`, `memory_gb` and
+    /// `bandwidth` (defaults: an edge 8 cores / 16 GB / 1 Gbit/s, the cloud 64 cores / 256 GB /
+    /// 10 Gbit/s), 3 GHz, and 12.5 ms access delay for the cloud; functions keep their
+    /// profiles (1 core per request).
     pub fn from_config(cfg: &geofaas_config::Topology) -> Result<Self> {
         use geofaas_config::Role;
         let nodes: Vec<NodeSpec> = cfg
             .nodes
             .iter()
-            .map(|n| {
-                let cloud = n.role == Role::Cloud;
-                NodeSpec {
-                    location: GeoPoint::new(n.location.lat, n.location.lon),
-                    cores: if cloud { 64.0 } else { 8.0 },
-                    ghz: 3.0,
-                    memory_mb: if cloud { 256_000.0 } else { 16_000.0 },
-                    bandwidth_mbps: if cloud { 10_000.0 } else { 1_000.0 },
-                    access_ms: if cloud { 12.5 } else { 0.0 },
-                }
+            .map(|n| NodeSpec {
+                location: GeoPoint::new(n.location.lat, n.location.lon),
+                cores: n.cores(),
+                ghz: 3.0,
+                memory_mb: n.memory_gb() * 1000.0,
+                bandwidth_mbps: n.bandwidth(),
+                access_ms: if n.role == Role::Cloud { 12.5 } else { 0.0 },
             })
             .collect();
         let edges: Vec<NodeSpec> = cfg
@@ -273,6 +271,35 @@ mod tests {
         kinds.sort_unstable();
         kinds.dedup();
         assert_eq!(kinds.len(), 10, "10 node types in use");
+    }
+
+    #[test]
+    fn a_topology_file_sets_capacities_and_defaults_are_the_old_ones() {
+        let text = include_str!("../../examples/berlin.toml").replacen(
+            "role = \"edge\"",
+            "role = \"edge\"\ncores = 2\nmemory_gb = 4.5\nbandwidth = 100",
+            1,
+        );
+        let cfg =
+            geofaas_config::Topology::parse(&text, "t.toml", std::path::Path::new(".")).unwrap();
+        let t = Topology::from_config(&cfg).unwrap();
+        assert_eq!(t.ids, ["tu-berlin", "potsdam", "cloud"]);
+        let n = t.nodes[0];
+        assert_eq!(
+            (n.cores, n.memory_mb, n.bandwidth_mbps),
+            (2.0, 4500.0, 100.0)
+        );
+        let n = t.nodes[1];
+        assert_eq!(
+            (n.cores, n.memory_mb, n.bandwidth_mbps),
+            (8.0, 16_000.0, 1000.0)
+        );
+        let n = t.nodes[2];
+        assert_eq!(
+            (n.cores, n.memory_mb, n.bandwidth_mbps),
+            (64.0, 256_000.0, 10_000.0)
+        );
+        assert_eq!(n.access_ms, 12.5);
     }
 
     #[test]

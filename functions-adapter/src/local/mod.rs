@@ -78,6 +78,9 @@ pub struct LocalRuntime {
 #[derive(Debug)]
 struct Inner {
     functions: HashMap<String, WorkerPool>,
+    /// Notified whenever a call has given its instance back (or lost it), so calls that must
+    /// reuse one ([`ContainerChoice::Reuse`]) wait for it instead of starting another.
+    returned: tokio::sync::Notify,
     timeout: Duration,
     stop: CancellationToken,
     /// Holds the bootstrap scripts; deleted when the runtime goes away.
@@ -148,6 +151,7 @@ impl LocalRuntime {
         }
         let inner = Arc::new(Inner {
             functions,
+            returned: tokio::sync::Notify::new(),
             timeout: Duration::from_millis(cfg.timeout_ms),
             stop: stop.clone(),
             _scripts: scripts,
@@ -222,6 +226,21 @@ impl LocalRuntime {
         self.inner.clear_spares();
     }
 
+    /// Resolves once `pool` has an idle instance, or has none at all (nothing to wait for).
+    /// Another call may take the idle one first; this one then starts an instance.
+    async fn until_reusable(&self, pool: &WorkerPool) {
+        loop {
+            let returned = self.inner.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            let s = pool.status();
+            if s.available > 0 || s.size == 0 {
+                return;
+            }
+            returned.await;
+        }
+    }
+
     async fn run(&self, pool: &WorkerPool, call: Invocation) -> Result<InvokeOutput, InvokeError> {
         let name = call.function.as_str();
         let budget = self.inner.timeout.min(call.remaining());
@@ -229,6 +248,13 @@ impl LocalRuntime {
             return Err(InvokeError::Timeout(budget));
         }
         let started = Instant::now();
+        if call.container == ContainerChoice::Reuse
+            && tokio::time::timeout(budget, self.until_reusable(pool))
+                .await
+                .is_err()
+        {
+            return Err(InvokeError::Overloaded { retry_after: None });
+        }
         let ctx = GetContext {
             force_new: call.container == ContainerChoice::New,
             ..GetContext::default()
@@ -321,7 +347,9 @@ impl FunctionBackend for LocalRuntime {
         if self.inner.stop.is_cancelled() {
             return Err(InvokeError::Unavailable("local runtime shut down".into()));
         }
-        self.run(pool, call).await
+        let result = self.run(pool, call).await;
+        self.inner.returned.notify_waiters();
+        result
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {

@@ -14,6 +14,7 @@ mod idempotency;
 mod lifecycle;
 mod loadtest;
 mod offload;
+mod placement;
 mod properties;
 mod proxy;
 mod router;

@@ -62,7 +62,14 @@ async fn ppo_policy_loads_and_every_call_is_answered() {
         let resp = c.post("tu-berlin", function, BERLIN, "").await;
         assert_eq!(resp.status(), 200, "{function}");
         let by = resp.headers()["x-served-by"].to_str().unwrap().to_owned();
-        assert!(by == "tu-berlin" || by == "cloud", "{by}");
+        let placement = resp.headers()["x-placement"].to_str().unwrap().to_owned();
+        assert_eq!(resp.headers()["x-placement-reason"], "ppo");
+        let expected = match placement.as_str() {
+            "local-warm" | "local-new" => "tu-berlin",
+            "neighbor" => "potsdam",
+            _ => "cloud",
+        };
+        assert_eq!(by, expected, "{placement}");
     }
     c.stop().await;
 }

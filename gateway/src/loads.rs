@@ -1,0 +1,215 @@
+//! The other nodes' load as this node knows it, for the scheduler's candidates.
+//!
+//! With a `[registry]` the reports come from etcd ([`geofaas_fleet::Fleet::loads`], copied here
+//! once per interval). Without one, every node sends its own report to every edge about every
+//! `scheduler.load_interval_ms`, as `POST /node/load` signed with the offload secret (the
+//! offload credential over that path), and an edge keeps the latest per node. Either way a
+//! report older than [`STALE_INTERVALS`] intervals (by the time it was measured) is ignored,
+//! so a node that stopped reporting stops being a candidate. Nothing here runs on a call's path
+//! but [`LoadBoard::with_fresh`], a read lock and one map lookup.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use geofaas_config::headers::OFFLOAD;
+use geofaas_config::{Role, Topology};
+use geofaas_fleet::{now_ms, LoadReport};
+
+use crate::error::ApiError;
+use crate::node::{Live, NodeState};
+
+/// A report is stale after this many report intervals.
+pub const STALE_INTERVALS: u64 = 3;
+/// The path node-to-node load reports are posted to.
+pub const LOAD_PATH: &str = "/node/load";
+/// Largest accepted report body.
+const MAX_REPORT_BYTES: usize = 64 * 1024;
+
+/// The latest load report of each other node.
+#[derive(Debug, Default)]
+pub struct LoadBoard {
+    reports: RwLock<HashMap<String, LoadReport>>,
+}
+
+impl LoadBoard {
+    /// Keeps `report` unless a newer one of the same node is already here.
+    pub fn put(&self, report: LoadReport) {
+        let mut map = self.reports.write().unwrap_or_else(|e| e.into_inner());
+        match map.get(&report.node) {
+            Some(old) if old.at_ms > report.at_ms => {}
+            _ => {
+                map.insert(report.node.clone(), report);
+            }
+        }
+    }
+
+    /// Calls `f` with node `id`'s report if it was measured at most `stale_ms` ago.
+    pub fn with_fresh<R>(
+        &self,
+        id: &str,
+        now_ms: u64,
+        stale_ms: u64,
+        f: impl FnOnce(&LoadReport) -> R,
+    ) -> Option<R> {
+        let map = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        map.get(id)
+            .filter(|r| now_ms.saturating_sub(r.at_ms) <= stale_ms)
+            .map(f)
+    }
+
+    /// Whether node `id` has a fresh report (for tests and `/registry`).
+    pub fn is_fresh(&self, id: &str, stale_ms: u64) -> bool {
+        self.with_fresh(id, now_ms(), stale_ms, |_| ()).is_some()
+    }
+}
+
+/// Milliseconds between reports for `topology`: the registry's interval with one, else the
+/// scheduler's.
+pub fn interval_ms(topology: &Topology) -> u64 {
+    topology
+        .registry
+        .as_ref()
+        .map_or(topology.scheduler.load_interval_ms, |r| r.load_interval_ms)
+        .max(1)
+}
+
+/// Age after which a report of `topology`'s fleet is ignored, in milliseconds.
+pub fn stale_ms(topology: &Topology) -> u64 {
+    interval_ms(topology).saturating_mul(STALE_INTERVALS)
+}
+
+/// `POST /node/load`: a report from another node, signed by it; `204` when kept.
+pub fn receive(state: &NodeState, headers: &HeaderMap, body: &Bytes) -> Result<(), ApiError> {
+    let refused = || {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "load reports must carry a valid node credential",
+        )
+    };
+    let key = state.key.as_ref().ok_or_else(refused)?;
+    let from = headers
+        .get(OFFLOAD)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| key.verify(v, "POST", LOAD_PATH))
+        .ok_or_else(refused)?;
+    if body.len() > MAX_REPORT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "load report too large",
+        ));
+    }
+    let report: LoadReport = serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_report",
+            format!("load report: {e}"),
+        )
+    })?;
+    if report.node != from || state.topology.node(from).is_none() || from == state.id {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_report",
+            "a node reports only its own load",
+        ));
+    }
+    state.loads.put(report);
+    Ok(())
+}
+
+/// Runs until aborted: each interval, with a scheduler configured, copies the registry's
+/// reports into the board, or (without a registry) sends this node's report to every other
+/// edge. Each send is its own task, so a dead peer delays nothing.
+pub async fn exchange(live: Arc<Live>) {
+    loop {
+        let state = live.current();
+        let interval = Duration::from_millis(interval_ms(&state.topology));
+        if state.topology.scheduler.policy != geofaas_config::SchedulerPolicy::None {
+            match state.fleet() {
+                Some(fleet) => {
+                    for (_, report) in fleet.loads() {
+                        state.loads.put(report);
+                    }
+                }
+                None => send_reports(&state, interval),
+            }
+        }
+        drop(state);
+        tokio::time::sleep(interval).await;
+    }
+}
+
+fn send_reports(state: &NodeState, interval: Duration) {
+    let (Some(key), Some(client)) = (&state.key, state.peer_client()) else {
+        return;
+    };
+    let report = LoadReport {
+        node: state.id.clone(),
+        at_ms: now_ms(),
+        load: state.load(),
+        cpu_percent: 0.0,
+        memory_bytes: 0,
+    };
+    let Ok(body) = serde_json::to_vec(&report) else {
+        return;
+    };
+    let body = Bytes::from(body);
+    for node in state.map.nodes() {
+        if node.id == state.id || node.role != Role::Edge {
+            continue;
+        }
+        let Ok(url) = node.public_url.join(LOAD_PATH) else {
+            continue;
+        };
+        let req = client
+            .post(url)
+            .timeout(interval)
+            .header(OFFLOAD, key.sign(&state.id, "POST", LOAD_PATH))
+            .header("content-type", "application/json")
+            .body(body.clone());
+        let to = node.id.clone();
+        tokio::spawn(async move {
+            match req.send().await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => tracing::debug!(to, status = %r.status(), "load report refused"),
+                Err(e) => tracing::debug!(to, error = %e, "load report not delivered"),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(node: &str, at_ms: u64) -> LoadReport {
+        LoadReport {
+            node: node.into(),
+            at_ms,
+            load: Default::default(),
+            cpu_percent: 0.0,
+            memory_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn stale_and_older_reports_are_ignored() {
+        let board = LoadBoard::default();
+        board.put(report("potsdam", 10_000));
+        assert_eq!(
+            board.with_fresh("potsdam", 12_000, 3000, |r| r.at_ms),
+            Some(10_000)
+        );
+        assert_eq!(board.with_fresh("potsdam", 13_001, 3000, |r| r.at_ms), None);
+        board.put(report("potsdam", 9_000));
+        assert_eq!(
+            board.with_fresh("potsdam", 12_000, 3000, |r| r.at_ms),
+            Some(10_000)
+        );
+        assert_eq!(board.with_fresh("cloud", 12_000, 3000, |r| r.at_ms), None);
+    }
+}
