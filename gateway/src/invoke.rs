@@ -169,21 +169,22 @@ impl Outcome {
         }
     }
 
-    /// Where it ran and why, for `X-Placement` and the placement counter; `None` for a failure.
+    /// Where it ran and why, for `X-Placement` and the placement counter; `None` when it ran
+    /// nowhere: a failure, or the cloud's `404` for a function no node serves.
     pub fn placement(&self) -> Option<(Ran, &'static str)> {
         match self {
+            Self::Offloaded { answer, .. } if answer.status() == StatusCode::NOT_FOUND => None,
             Self::Served { ran, why, .. } | Self::Offloaded { ran, why, .. } => Some((*ran, why)),
             Self::Failed(_) => None,
         }
     }
 
-    /// Puts `X-Placement` and `X-Placement-Reason` on the answer.
+    /// Puts `X-Placement` and `X-Placement-Reason` on the answer of a call that ran.
     fn mark(&mut self) {
-        let (Self::Served { answer, ran, why }
-        | Self::Offloaded {
-            answer, ran, why, ..
-        }) = self
-        else {
+        let Some((ran, why)) = self.placement() else {
+            return;
+        };
+        let (Self::Served { answer, .. } | Self::Offloaded { answer, .. }) = self else {
             return;
         };
         let h = answer.headers_mut();

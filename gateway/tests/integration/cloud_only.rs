@@ -82,6 +82,7 @@ async fn an_edge_offloads_functions_only_the_lambda_cloud_has() {
     let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
     assert!(text.starts_with("http/2 200"), "{text}");
     assert!(text.contains("x-offloaded-from: cbd"), "{text}");
+    assert!(text.contains("x-placement: cloud"), "{text}");
     assert!(
         text.contains(r#"{"handler":"node","event":{"n":7}}"#),
         "{text}"
@@ -91,6 +92,11 @@ async fn an_edge_offloads_functions_only_the_lambda_cloud_has() {
     let resp = c.post("cbd", "nowhere", IN_CBD, "x").await;
     assert_eq!(resp.status(), 404);
     assert_eq!(resp.headers()["x-offloaded-from"], "cbd");
+    assert!(
+        resp.headers().get("x-placement").is_none(),
+        "a call that ran nowhere has no placement: {:?}",
+        resp.headers()
+    );
     let v: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "unknown_function");
 
