@@ -6,7 +6,7 @@
 //! offload credential over that path), and an edge keeps the latest per node. Either way a
 //! report older than [`STALE_INTERVALS`] intervals (by the time it was measured) is ignored,
 //! so a node that stopped reporting stops being a candidate. Nothing here runs on a call's path
-//! but [`LoadBoard::with_fresh`], a read lock and one map lookup.
+//! but [`LoadBoard::read`]: one read lock and a map lookup per node.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -46,6 +46,17 @@ impl LoadBoard {
         }
     }
 
+    /// Calls `f` with a view of every report under one read lock (a decision reads several).
+    pub fn read<R>(&self, f: impl FnOnce(&Reports<'_>) -> R) -> R {
+        let map = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        f(&Reports(&map))
+    }
+
+    /// Whether node `id` has a fresh report (for tests and `/registry`).
+    pub fn is_fresh(&self, id: &str, stale_ms: u64) -> bool {
+        self.with_fresh(id, now_ms(), stale_ms, |_| ()).is_some()
+    }
+
     /// Calls `f` with node `id`'s report if it was measured at most `stale_ms` ago.
     pub fn with_fresh<R>(
         &self,
@@ -54,15 +65,20 @@ impl LoadBoard {
         stale_ms: u64,
         f: impl FnOnce(&LoadReport) -> R,
     ) -> Option<R> {
-        let map = self.reports.read().unwrap_or_else(|e| e.into_inner());
-        map.get(id)
-            .filter(|r| now_ms.saturating_sub(r.at_ms) <= stale_ms)
-            .map(f)
+        self.read(|r| r.fresh(id, now_ms, stale_ms).map(f))
     }
+}
 
-    /// Whether node `id` has a fresh report (for tests and `/registry`).
-    pub fn is_fresh(&self, id: &str, stale_ms: u64) -> bool {
-        self.with_fresh(id, now_ms(), stale_ms, |_| ()).is_some()
+/// The reports as [`LoadBoard::read`] shows them.
+#[derive(Debug)]
+pub struct Reports<'a>(&'a HashMap<String, LoadReport>);
+
+impl Reports<'_> {
+    /// Node `id`'s report if it was measured at most `stale_ms` before `now_ms`.
+    pub fn fresh(&self, id: &str, now_ms: u64, stale_ms: u64) -> Option<&LoadReport> {
+        self.0
+            .get(id)
+            .filter(|r| now_ms.saturating_sub(r.at_ms) <= stale_ms)
     }
 }
 

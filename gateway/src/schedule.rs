@@ -160,29 +160,26 @@ impl EdgeScheduler {
         let stats = backends.iter().find_map(|b| b.stats(function));
         let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);
         candidates.push(self.local(&profile, stats, local));
-        let now = now_ms();
-        for n in &self.neighbors {
-            let report = local
-                .may_forward
-                .then(|| {
-                    self.loads.with_fresh(&n.id, now, self.stale_ms, |r| {
-                        reported(n.spec, &profile, function, r)
-                    })
-                })
-                .flatten()
-                .flatten();
-            candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
-        }
-        candidates.push(if local.may_forward {
-            self.loads
-                .with_fresh(&self.cloud_id, now, self.stale_ms, |r| {
-                    reported(self.cloud, &profile, function, r)
-                })
-                .flatten()
-                .unwrap_or_else(|| empty(self.cloud))
+        if local.may_forward {
+            let now = now_ms();
+            self.loads.read(|reports| {
+                let fresh = |id: &str| reports.fresh(id, now, self.stale_ms);
+                for n in &self.neighbors {
+                    let report = fresh(&n.id).and_then(|r| reported(n.spec, &profile, function, r));
+                    candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
+                }
+                candidates.push(fresh(&self.cloud_id).map_or_else(
+                    || empty(self.cloud),
+                    |r| {
+                        reported(self.cloud, &profile, function, r)
+                            .unwrap_or_else(|| empty(self.cloud))
+                    },
+                ));
+            });
         } else {
-            infeasible(self.cloud)
-        });
+            candidates.extend(self.neighbors.iter().map(|n| infeasible(n.spec)));
+            candidates.push(infeasible(self.cloud));
+        }
         let obs = Observation {
             request: RequestInfo {
                 function_id,

@@ -46,8 +46,32 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
     let r = &obs.request;
     let p = &r.profile;
     // One distance and one compute term per node; both options of a node share them (this
-    // is the decision hot path: same numbers as `Observation::estimate`, half the trigonometry).
-    let mut est: Vec<Est> = Vec::with_capacity(2 * obs.candidates.len());
+    // is the decision hot path: same numbers as `Observation::estimate`, half the trigonometry,
+    // and the shortlist kept sorted in place instead of collected and sorted on the heap).
+    let by = |x: &Est, y: &Est| {
+        x.0.total_cmp(&y.0)
+            .then(x.1.candidate.cmp(&y.1.candidate))
+            .then(x.1.new_container.cmp(&y.1.new_container))
+    };
+    let none = Action {
+        candidate: 0,
+        new_container: false,
+    };
+    let mut list: [Est; SLOTS] = [(0.0, none, model::LatencyBreakdown::default()); SLOTS];
+    let mut len = 0;
+    let origin = r.source.origin();
+    let mut push = |e: Est| {
+        if len == SLOTS && by(&e, &list[SLOTS - 1]).is_ge() {
+            return;
+        }
+        len = (len + 1).min(SLOTS);
+        let mut i = len - 1;
+        while i > 0 && by(&e, &list[i - 1]).is_lt() {
+            list[i] = list[i - 1];
+            i -= 1;
+        }
+        list[i] = e;
+    };
     for (i, c) in obs.candidates.iter().enumerate() {
         let reuse = Action {
             candidate: i,
@@ -61,7 +85,7 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
         if !ok_reuse && !ok_new {
             continue;
         }
-        let dist = r.source.distance_km(&c.node.location);
+        let dist = origin.distance_km(&c.node.location);
         let base = model::LatencyBreakdown {
             cold_ms: 0.0,
             queue_ms: 0.0,
@@ -77,26 +101,17 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
                 },
                 ..base
             };
-            est.push((b.total(), reuse, b));
+            push((b.total(), reuse, b));
         }
         if ok_new {
             let b = model::LatencyBreakdown {
                 cold_ms: model::cold_start_ms(p, c.node.bandwidth_mbps),
                 ..base
             };
-            est.push((b.total(), new, b));
+            push((b.total(), new, b));
         }
     }
-    let by = |x: &Est, y: &Est| {
-        x.0.total_cmp(&y.0)
-            .then(x.1.candidate.cmp(&y.1.candidate))
-            .then(x.1.new_container.cmp(&y.1.new_container))
-    };
-    if est.len() > SLOTS {
-        est.select_nth_unstable_by(SLOTS - 1, by);
-        est.truncate(SLOTS);
-    }
-    est.sort_unstable_by(by);
+    let est = &list[..len];
     let r = &obs.request;
     let slo = r.slo_ms.max(1.0);
     let best = est.first().map_or(0.0, |e| e.0);

@@ -31,10 +31,36 @@ impl GeoPoint {
 
     /// Great-circle (haversine) distance to `other` in km.
     pub fn distance_km(&self, other: &GeoPoint) -> f64 {
-        let (p1, p2) = (self.lat.to_radians(), other.lat.to_radians());
+        self.origin().distance_km(other)
+    }
+
+    /// This point as the origin of several distances: its latitude's cosine computed once.
+    pub fn origin(&self) -> Origin {
+        let lat = self.lat.to_radians();
+        Origin {
+            lat,
+            cos_lat: lat.cos(),
+            lon: self.lon,
+        }
+    }
+}
+
+/// A [`GeoPoint`] prepared by [`GeoPoint::origin`]; its distances are [`GeoPoint::distance_km`]'s,
+/// bit for bit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Origin {
+    lat: f64,
+    cos_lat: f64,
+    lon: f64,
+}
+
+impl Origin {
+    /// Great-circle (haversine) distance to `other` in km.
+    pub fn distance_km(&self, other: &GeoPoint) -> f64 {
+        let (p1, p2) = (self.lat, other.lat.to_radians());
         let dp = p2 - p1;
         let dl = (other.lon - self.lon).to_radians();
-        let a = (dp / 2.0).sin().powi(2) + p1.cos() * p2.cos() * (dl / 2.0).sin().powi(2);
+        let a = (dp / 2.0).sin().powi(2) + self.cos_lat * p2.cos() * (dl / 2.0).sin().powi(2);
         2.0 * EARTH_RADIUS_KM * a.sqrt().min(1.0).asin()
     }
 }
