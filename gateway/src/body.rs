@@ -10,6 +10,7 @@
 //! it to its end in the background (bounded in bytes and time), so the stream closes normally.
 //! It is one layer over the whole router, so no handler has to remember it.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -18,7 +19,6 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap};
-use axum::middleware::Next;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -95,10 +95,14 @@ async fn read_all(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
     Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
-/// Runs the inner service, then reads whatever it left of the request body to its end in a
+/// Runs the handler, then reads whatever it left of the request body to its end in a
 /// background task, at most the larger of `limit` and [`DRAIN_FLOOR`] bytes more, for at most
 /// [`DRAIN_TIMEOUT`].
-pub async fn finish_unread(limit: usize, req: Request, next: Next) -> Response {
+pub async fn finish_unread<F, Fut>(limit: usize, req: Request, handler: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let slot = Arc::new(Mutex::new(None));
     let req = req.map(|inner| {
         Body::new(Tracked {
@@ -106,7 +110,7 @@ pub async fn finish_unread(limit: usize, req: Request, next: Next) -> Response {
             slot: slot.clone(),
         })
     });
-    let response = next.run(req).await;
+    let response = handler(req).await;
     let unread = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
     // A client too slow to send its body (408) is not waited for a second time.
     let slow = response.status() == axum::http::StatusCode::REQUEST_TIMEOUT;

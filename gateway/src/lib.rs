@@ -126,12 +126,12 @@ impl NodeHandle {
         let config = tls.server_config()?;
         let stop = CancellationToken::new();
         let live = node::Live::new(state.clone());
-        let router = routes::router_live(live.clone());
+        let api = routes::Api::new(live.clone());
         let token = stop.clone();
         let limits = server::ServeLimits::from_topology(&state.topology);
         let task = tokio::spawn(server::serve_tls(
             listener,
-            router,
+            api,
             config,
             limits,
             async move { token.cancelled().await },

@@ -1,19 +1,17 @@
-//! Serving a router over TLS on a bound listener until a shutdown future resolves,
+//! Serving the API over TLS on a bound listener until a shutdown future resolves,
 //! with HTTP/1.1 and HTTP/2 chosen by ALPN and in-flight requests drained on shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt;
 
-use crate::routes::ClientAddr;
+use crate::routes::Api;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,7 +38,7 @@ impl ServeLimits {
     }
 }
 
-/// Serves `router` on `listener` with TLS until `shutdown` resolves, then drains connections.
+/// Serves `api` on `listener` with TLS until `shutdown` resolves, then drains connections.
 ///
 /// HTTP/2's decoder gets four times the router's header limit, so a client whose headers are
 /// over the limit receives the router's `431`, where hyper's default (16 KiB) would close the
@@ -48,13 +46,14 @@ impl ServeLimits {
 /// `limits.header_timeout`.
 pub async fn serve_tls(
     listener: TcpListener,
-    router: Router,
+    api: Api,
     tls: Arc<rustls::ServerConfig>,
     limits: ServeLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let h2_header_list =
         u32::try_from(limits.max_header_bytes.saturating_mul(4).max(64 * 1024)).unwrap_or(u32::MAX);
+    let api = Arc::new(api);
     let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
@@ -73,7 +72,7 @@ pub async fn serve_tls(
         };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let router = router.clone();
+        let api = api.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -84,12 +83,15 @@ pub async fn serve_tls(
                 }
                 Err(_) => return,
             };
-            let service =
-                router.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(ClientAddr(remote));
-                    req.map(axum::body::Body::new)
-                });
-            let service = hyper_util::service::TowerToHyperService::new(service);
+            let service = hyper::service::service_fn(
+                move |req: axum::http::Request<hyper::body::Incoming>| {
+                    let api = api.clone();
+                    async move {
+                        let req = req.map(axum::body::Body::new);
+                        Ok::<_, std::convert::Infallible>(api.serve(req, remote).await)
+                    }
+                },
+            );
             let mut builder = auto::Builder::new(TokioExecutor::new());
             // Flatten each HTTP/1.1 response (head and body) into one buffer: over TLS a vectored
             // write becomes one record per slice, so this sends one record instead of two.

@@ -46,6 +46,16 @@ fn cases() -> Vec<Case> {
             400,
         ),
         case("bad function name", "POST", "/fn/a%00b", vec![], 400),
+        // Plain names take the API's direct path, the rest the router: both answer alike.
+        case("two segments", "POST", "/fn/a/b", vec![], 400),
+        case("no name", "POST", "/fn/", vec![], 400),
+        case(
+            "percent-encoded name, handed over",
+            "POST",
+            "/fn/%65cho",
+            vec![("x-client-location", POTSDAM.to_owned())],
+            307,
+        ),
         case("method", "PUT", "/fn/echo", vec![], 405),
         case(
             "headers too large",
