@@ -25,7 +25,7 @@ use bytes::Bytes;
 
 use crate::error::ApiError;
 
-use geofaas_config::headers::{IDEMPOTENCY_KEY as KEY_HEADER, IDEMPOTENT_REPLAYED as REPLAYED};
+use geofaas_config::headers::IDEMPOTENT_REPLAYED as REPLAYED;
 /// How long answers are kept.
 const RETENTION: Duration = Duration::from_secs(600);
 /// Most bytes of kept answers (bodies plus a fixed overhead each).
@@ -71,7 +71,7 @@ impl Default for IdempotencyCache {
 
 /// The cache key of a keyed call of `function`, or `None` without the header; 400 for a bad key.
 pub fn key(headers: &HeaderMap, function: &str) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(KEY_HEADER) else {
+    let Some(value) = headers.get(crate::headers::name::IDEMPOTENCY_KEY) else {
         return Ok(None);
     };
     let text = value

@@ -25,13 +25,13 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use geofaas_config::headers::{COLD_START, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING};
 use geofaas_config::LatLon;
 use geofaas_functions::{
     ContainerChoice, Fault, FunctionBackend, Invocation, InvokeError, InvokeOutput,
 };
 
 use crate::error::ApiError;
+use crate::headers::name::{COLD_START, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING};
 use crate::node::NodeState;
 use crate::schedule::{LocalState, Placement};
 
@@ -475,7 +475,7 @@ async fn try_backends(
     deadline: Instant,
     container: ContainerChoice,
 ) -> Result<InvokeOutput, InvokeError> {
-    let mut last = InvokeError::UnknownFunction(call.function.clone());
+    let mut last = None;
     for backend in here {
         let inv = Invocation {
             function: call.function.clone(),
@@ -498,11 +498,11 @@ async fn try_backends(
             Ok(out) => return Ok(out),
             Err(e) => {
                 tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
-                last = e;
+                last = Some(e);
             }
         }
     }
-    Err(last)
+    Err(last.unwrap_or_else(|| InvokeError::UnknownFunction(call.function.clone())))
 }
 
 /// Durations the gateway measured itself, for `Server-Timing`.

@@ -22,7 +22,7 @@ pub enum Route<'a> {
 
 /// Reads `X-Client-Location`; `Ok(None)` when absent, a 400 naming the header and value when malformed.
 pub fn header_location(headers: &HeaderMap) -> Result<Option<LatLon>, ApiError> {
-    let Some(value) = headers.get(LOCATION_HEADER) else {
+    let Some(value) = headers.get(crate::headers::name::CLIENT_LOCATION) else {
         return Ok(None);
     };
     let text = value.to_str().map_err(|_| {
