@@ -123,12 +123,13 @@ pub(crate) fn forwardable(
         .filter(|(name, _)| geofaas_config::headers::is_forwarded(name.as_str()))
 }
 
-/// The reply's content type, if it sent one that is valid text.
-pub(crate) fn content_type(headers: &HeaderMap) -> Option<String> {
+/// The reply's content type, if it sent one that is valid text (shared with the reply's
+/// buffer, not copied).
+pub(crate) fn content_type(headers: &HeaderMap) -> Option<http::HeaderValue> {
     headers
         .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .filter(|v| v.to_str().is_ok())
+        .cloned()
 }
 
 /// A short, printable excerpt of a reply body for error messages.

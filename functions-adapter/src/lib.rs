@@ -86,8 +86,8 @@ impl Invocation {
 pub struct InvokeOutput {
     /// The function's raw output.
     pub body: Bytes,
-    /// Content type the backend reported, if any.
-    pub content_type: Option<String>,
+    /// Content type the backend reported, if any (valid text).
+    pub content_type: Option<http::HeaderValue>,
     /// Whether the call paid a cold start (a new instance was started for it).
     pub cold_start: bool,
     /// Time spent starting a new instance (zero when warm or unknown).

@@ -127,7 +127,7 @@ fn params(body: &Bytes) -> Value {
 fn json_output(result: &Value, started: Instant) -> InvokeOutput {
     InvokeOutput {
         body: Bytes::from(result.to_string()),
-        content_type: Some("application/json".to_owned()),
+        content_type: Some(http::HeaderValue::from_static("application/json")),
         exec: started.elapsed(),
         ..InvokeOutput::default()
     }

@@ -536,8 +536,6 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
     }
     let content_type = out
         .content_type
-        .as_deref()
-        .and_then(|c| HeaderValue::from_str(c).ok())
         .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
     let mut resp = Response::new(Body::from(out.body));
     let h = resp.headers_mut();
