@@ -2,8 +2,9 @@
 //! process queried with `dig`: nodes join one by one, a `kill -9` withdraws a node within its
 //! lease, a restarted node rejoins, an overlapping area is refused, a retry at the cloud gets
 //! the first answer of a call whose edge died right after answering, a dead etcd leaves every
-//! node serving, and nodes join an etcd with TLS and authentication (wrong credentials are an
-//! error naming the user, and that node serves alone).
+//! node serving, nodes join an etcd with TLS and authentication (wrong credentials are an
+//! error naming the user, and that node serves alone), and a saturated edge places calls on a
+//! neighbour it knows only from the registry, by that neighbour's load reports in etcd.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +32,10 @@ struct Fleet {
     registry: String,
     /// Environment of every process (the credentials).
     env: Vec<(String, String)>,
+    /// Appended to every node's file (a `[scheduler]`, function profiles).
+    extra: String,
+    /// Edges given `cores` in their own block.
+    cores: Vec<(String, u32)>,
 }
 
 /// The file's shared part: zone, TLS, registry (with `registry` added), DNS, the functions,
@@ -157,6 +162,8 @@ impl Fleet {
             ports,
             registry,
             env,
+            extra: String::new(),
+            cores: Vec::new(),
         };
         // The DNS's file names the cloud only: the edges come from the registry.
         let dns_file = f.dir.path().join("dns.toml");
@@ -177,13 +184,15 @@ impl Fleet {
     }
 
     fn common(&self) -> String {
-        common(
+        let mut text = common(
             self.dir.path(),
             self.etcd.url(),
             &self.registry,
             self.dns_port,
             self.ports["cloud"],
-        )
+        );
+        text.push_str(&self.extra);
+        text
     }
 
     /// Starts node `id` (`cloud`, or an edge with `like`'s area on `ip`).
@@ -200,7 +209,12 @@ impl Fleet {
                 .ports
                 .entry(id.to_owned())
                 .or_insert_with(|| port_on(ip));
-            text.push_str(&edge(id, like, ip, port));
+            let mut block = edge(id, like, ip, port);
+            if let Some((_, n)) = self.cores.iter().find(|(c, _)| c == id) {
+                let line = format!("id = \"{id}\"\n");
+                block = block.replacen(&line, &format!("{line}cores = {n}\n"), 1);
+            }
+            text.push_str(&block);
         }
         let file = self.dir.path().join(format!("{id}.toml"));
         std::fs::write(&file, text).unwrap();
@@ -584,5 +598,68 @@ async fn nodes_join_over_tls_with_credentials_and_a_wrong_password_serves_alone(
     assert!(
         !bad.status.success() && err.contains("credentials refused"),
         "{err}"
+    );
+}
+
+/// With a registry the scheduler's neighbours are the registered nodes and their load the
+/// reports in etcd: a saturated edge places a call on the neighbour that joined through etcd
+/// (its file names neither the neighbour nor its load), and the neighbour serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_reports() {
+    let Some(mut f) = Fleet::start().await else {
+        return;
+    };
+    f.extra = "\n[scheduler]\npolicy = \"greedy\"\n\n[[function]]\nname = \"nap\"\ncpu_ms = 1000\nmemory_mb = 16\nimage_mb = 1\ninit_ms = 30\nslo_ms = 4000\n".into();
+    f.run("cloud", None);
+    let up = within(Duration::from_secs(20), || async {
+        f.route("cloud", BERLIN).await.is_some()
+    })
+    .await;
+    assert!(up.is_some(), "the cloud serves: {}", f.log("cloud"));
+    f.run("potsdam", Some(("potsdam", "127.0.0.12")));
+    // tu-berlin plans with one core, so one running call saturates it.
+    f.cores.push(("tu-berlin".into(), 1));
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let pd = f.url("potsdam");
+    let joined = within(Duration::from_secs(20), || async {
+        f.route("tu-berlin", POTSDAM).await == Some(pd.clone())
+    })
+    .await;
+    assert!(
+        joined.is_some(),
+        "tu-berlin knows potsdam: {}",
+        f.log("tu-berlin")
+    );
+    // Reports every 200 ms; a few intervals for potsdam's to reach etcd and tu-berlin's board.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let tu = f.url("tu-berlin");
+    let nap = |seconds: &'static str| {
+        f.client
+            .post(format!("{tu}/fn/nap"))
+            .header("X-Client-Location", BERLIN)
+            .body(seconds)
+            .send()
+    };
+    let (busy, placed) = tokio::join!(nap("2.0"), async {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        nap("0").await
+    });
+    let (busy, placed) = (busy.unwrap(), placed.unwrap());
+    let h = |r: &reqwest::Response, n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(busy.status(), 200);
+    assert_eq!(h(&busy, "x-served-by"), "tu-berlin");
+    assert_eq!(placed.status(), 200, "{}", f.log("tu-berlin"));
+    assert_eq!(
+        (h(&placed, "x-placement"), h(&placed, "x-served-by")),
+        ("neighbor".to_owned(), "potsdam".to_owned()),
+        "placement reason {:?}; tu-berlin log: {}",
+        h(&placed, "x-placement-reason"),
+        f.log("tu-berlin")
     );
 }
