@@ -128,7 +128,13 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
             f64::from(c.idle).ln_1p(),
             f64::from(c.busy).ln_1p(),
             f64::from(u8::from(*total > r.slo_ms)),
-            i as f64 / SLOTS as f64,
+            // Warm containers of other functions this option's cores would block (queueing
+            // holds no new cores); it replaced the slot's rank in features version 2.
+            if obs.queues(*a) {
+                0.0
+            } else {
+                (c.blocked_cold_ms / 1000.0).ln_1p()
+            },
             ((total - best) / slo).min(10.0),
             (b.queue_ms / 100.0).min(20.0),
         ]
