@@ -76,3 +76,37 @@ impl Blame {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::{cand, obs};
+
+    #[test]
+    fn a_blocked_warm_container_charges_the_steps_still_holding_its_cores() {
+        // Node 0 has an idle container of the function but no free cores; node 1 is far.
+        let o = obs(vec![cand(0.0, 0.0, 0.0, 1), cand(1.0, 4.0, 10_000.0, 0)]);
+        let link = LinkModel::default();
+        let alt = o
+            .estimate(
+                &link,
+                Action {
+                    candidate: 0,
+                    new_container: false,
+                },
+            )
+            .total();
+        let mut blame = Blame::new(2);
+        blame.hold(0, 0.0, 5.0, 0); // finished before the request
+        blame.hold(0, 1.0, 100.0, 1);
+        blame.hold(0, 2.0, 100.0, 2);
+        blame.hold(1, 2.0, 100.0, 3); // another node
+        let mut reward = vec![0.0f32; 4];
+        blame.charge(&link, &o, 10.0, alt + 300.0, &mut reward, 1.0, 100.0, 200.0);
+        // The excess (300 ms) is capped at 200 ms and split between steps 1 and 2.
+        assert_eq!(reward, vec![0.0, -1.0, -1.0, 0.0]);
+        // Served no slower than the blocked container would have been: no charge.
+        blame.charge(&link, &o, 10.0, alt, &mut reward, 1.0, 100.0, 200.0);
+        assert_eq!(reward, vec![0.0, -1.0, -1.0, 0.0]);
+    }
+}
