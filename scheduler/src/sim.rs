@@ -357,7 +357,7 @@ impl<'a> Simulator<'a> {
         let fs = &self.wl.functions;
         let left = st.free_cores - fs[func].cores;
         // Nothing is blocked when the request cannot run here, or when what it leaves is as
-        // much as any function needs (the catalogue's largest request is MAX_CORES).
+        // much as any function of the workload needs (`max_cores`).
         if left < -1e-9 || left + 1e-9 >= self.max_cores {
             return 0.0;
         }
