@@ -114,6 +114,13 @@ pub struct TrainArgs {
     /// Entropy bonus weight.
     #[arg(long, default_value_t = 0.003)]
     pub entropy: f32,
+    /// Charge the latency a request pays beyond an idle warm container it could not use for
+    /// want of cores, times this, to the decisions holding those cores (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub blame: f64,
+    /// Largest excess latency charged per blocked request, ms.
+    #[arg(long, default_value_t = 2000.0)]
+    pub blame_cap_ms: f64,
     /// Evaluate on the held-out seeds every this many iterations.
     #[arg(long, default_value_t = 5)]
     pub eval_every: usize,
@@ -341,6 +348,8 @@ pub fn run_train(mut args: TrainArgs) -> anyhow::Result<()> {
         gamma: args.gamma,
         select_on_p99: args.select_on_p99,
         ent_coef: args.entropy,
+        blame: args.blame,
+        blame_cap_ms: args.blame_cap_ms,
         eval_every: args.eval_every,
         eval_seeds: args.eval_seeds.clone(),
         sim: args.workload.sim(),

@@ -4,7 +4,10 @@
 //! the [`SLOTS`] with the lowest estimated latency (infeasible options are masked by never being
 //! listed; empty slots are masked). Each slot gets [`OPT_FEATURES`] numbers and one shared MLP
 //! scores every slot, so the same weights serve 3 nodes or 125. The critic sees request-level
-//! numbers plus the best option's features ([`GLOBAL_FEATURES`]).
+//! numbers plus the best option's features ([`GLOBAL_FEATURES`]). Layout version 2
+//! ([`crate::ppo::FEATURES_VERSION`]): slot feature 13 is the cold start of the warm containers
+//! an option's cores would block ([`crate::Candidate::blocked_cold_ms`]), where version 1 had
+//! the slot's rank.
 
 use crate::model::{self, LinkModel};
 use crate::policy::{Action, Observation};
@@ -143,7 +146,13 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
             f64::from(c.idle).ln_1p(),
             f64::from(c.busy).ln_1p(),
             f64::from(u8::from(*total > r.slo_ms)),
-            i as f64 / SLOTS as f64,
+            // Warm containers of other functions this option's cores would block (queueing
+            // holds no new cores); it replaced the slot's rank in features version 2.
+            if obs.queues(*a) {
+                0.0
+            } else {
+                (c.blocked_cold_ms / 1000.0).ln_1p()
+            },
             ((total - best) / slo).min(10.0),
             (b.queue_ms / 100.0).min(20.0),
         ]
@@ -191,6 +200,28 @@ mod tests {
         assert!(f.actions.iter().flatten().all(|a| o.is_feasible(*a)));
         assert!(f.options[0][0] <= f.options[1][0] && f.options[1][0] <= f.options[2][0]);
         assert_eq!(f.options[0][14], 0.0, "best option has zero gap");
+    }
+
+    #[test]
+    fn only_options_that_take_cores_show_the_containers_they_block() {
+        let mut reuse = cand(0.0, 4.0, 10_000.0, 1);
+        reuse.blocked_cold_ms = 5000.0;
+        // No idle container and no free cores: only queueing behind a busy one is feasible.
+        let mut queue = cand(0.01, 0.0, 0.0, 0);
+        queue.busy = 1;
+        queue.wait_ms = 5.0;
+        queue.blocked_cold_ms = 5000.0;
+        let o = obs(vec![reuse, queue]);
+        let f = featurize(&LinkModel::default(), &o);
+        let row = |candidate| {
+            let i = f
+                .actions
+                .iter()
+                .position(|a| a.is_some_and(|a| a.candidate == candidate && !a.new_container));
+            f.options[i.expect("listed")][13]
+        };
+        assert!((row(0) - 6.0f32.ln()).abs() < 1e-6);
+        assert_eq!(row(1), 0.0);
     }
 
     #[test]

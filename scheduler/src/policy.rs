@@ -20,6 +20,11 @@ pub struct Candidate {
     pub free_memory_mb: f64,
     /// Memory in MB held by idle containers (of any function) that may be evicted.
     pub evictable_memory_mb: f64,
+    /// Cold-start time in ms, at this node, summed over the other functions whose idle warm
+    /// containers here could no longer be reused while this request holds its cores (the
+    /// cores left would be fewer than they need): what their next requests would pay instead,
+    /// were no other warm container at hand. 0 where nobody reports it (the live gateway).
+    pub blocked_cold_ms: f64,
     /// Idle warm containers of the request's function on this node.
     pub idle: u32,
     /// Busy containers of the request's function on this node.

@@ -14,7 +14,7 @@ use crate::model::LinkModel;
 use crate::policy::{Action, Observation, Policy};
 
 /// Feature-layout version stored in the weights' metadata.
-pub const FEATURES_VERSION: &str = "1";
+pub const FEATURES_VERSION: &str = "2";
 
 /// A dense layer, weight row-major `[out][in]`.
 #[derive(Debug, Clone, PartialEq)]

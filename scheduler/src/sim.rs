@@ -11,7 +11,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
 use crate::baselines::greedy_decide;
-use crate::model::{self, LatencyBreakdown, LinkModel};
+use crate::model::{self, LatencyBreakdown, LinkModel, NodeSpec};
 use crate::policy::{Action, Candidate, Observation, Policy, RequestInfo};
 use crate::topology::Topology;
 use crate::workload::{Request, Workload};
@@ -120,6 +120,8 @@ pub struct Simulator<'a> {
     seq: u64,
     next: usize,
     now: f64,
+    /// The most cores any function of the workload requests.
+    max_cores: f64,
 }
 
 impl<'a> Simulator<'a> {
@@ -144,6 +146,7 @@ impl<'a> Simulator<'a> {
             seq: 0,
             next: 0,
             now: 0.0,
+            max_cores: wl.functions.iter().map(|f| f.cores).fold(0.0, f64::max),
         }
     }
 
@@ -221,6 +224,7 @@ impl<'a> Simulator<'a> {
                     free_cores: st.free_cores,
                     free_memory_mb: spec.memory_mb - st.used_mem,
                     evictable_memory_mb: st.idle_mem,
+                    blocked_cold_ms: self.blocked_cold_ms(st, spec, r.function),
                     idle: pool.idle.len() as u32,
                     busy: pool.busy.len() as u32,
                     wait_ms: pool.busy.iter().copied().fold(f64::INFINITY, f64::min) - self.now,
@@ -345,6 +349,24 @@ impl<'a> Simulator<'a> {
                 && st.used_mem <= spec.memory_mb + 1e-9
                 && st.idle_mem <= st.used_mem + 1e-9
         })
+    }
+
+    /// See [`Candidate::blocked_cold_ms`]: the idle containers of other functions on a node
+    /// that `func`'s cores would leave without the cores they need.
+    fn blocked_cold_ms(&self, st: &NodeState, spec: &NodeSpec, func: usize) -> f64 {
+        let fs = &self.wl.functions;
+        let left = st.free_cores - fs[func].cores;
+        // Nothing is blocked when the request cannot run here, or when what it leaves is as
+        // much as any function of the workload needs (`max_cores`).
+        if left < -1e-9 || left + 1e-9 >= self.max_cores {
+            return 0.0;
+        }
+        st.pools
+            .iter()
+            .enumerate()
+            .filter(|(g, p)| *g != func && !p.idle.is_empty() && fs[*g].cores > left + 1e-9)
+            .map(|(g, _)| model::cold_start_ms(&fs[g], spec.bandwidth_mbps))
+            .sum()
     }
 
     fn push(&mut self, t: f64, node: usize, func: usize, completion: bool) {

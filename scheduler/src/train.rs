@@ -63,6 +63,12 @@ pub struct PpoConfig {
     pub reward_scale_ms: f64,
     /// Extra penalty per SLO violation, in reward units.
     pub slo_penalty: f64,
+    /// Weight of the blocked-container charge (`train/blame.rs`): the latency a request pays
+    /// beyond an idle warm container it could not use for want of cores is charged, times
+    /// this, to the decisions holding those cores. 0 (the default) charges nothing.
+    pub blame: f64,
+    /// Largest excess latency charged per blocked request, ms.
+    pub blame_cap_ms: f64,
     /// Evaluate every this many iterations (and after the last).
     pub eval_every: usize,
     /// Held-out workload seeds for evaluation (validation; keep apart from test seeds).
@@ -94,6 +100,8 @@ impl Default for PpoConfig {
             max_grad_norm: 0.5,
             reward_scale_ms: 100.0,
             slo_penalty: 1.0,
+            blame: 0.0,
+            blame_cap_ms: 2000.0,
             eval_every: 5,
             eval_seeds: crate::eval::VALIDATION_SEEDS.to_vec(),
             select_on_p99: false,
@@ -219,6 +227,7 @@ pub fn evaluate(
     Summary::new(policy.name(), &all)
 }
 
+mod blame;
 mod update;
 
 /// Trains a PPO policy on `topo`; `on_iter` sees each iteration's metrics (progress bars).
@@ -296,7 +305,9 @@ fn rollout(
         let wl = workload_for(topo, cfg, seed);
         let mut sim = Simulator::new(topo, &wl, cfg.sim);
         sim.warm_up();
+        let mut blame = blame::Blame::new(topo.nodes.len());
         while let Some(obs) = sim.next_observation() {
+            let now = wl.requests[wl.requests.len() - sim.remaining()].arrival_ms;
             let f = featurize(&cfg.sim.link, &obs);
             if f.is_empty() {
                 sim.step(None, 0);
@@ -339,6 +350,24 @@ fn rollout(
             buf.value.push(policy.value(&f));
             buf.reward.push(r as f32);
             buf.done.push(sim.remaining() == 0);
+            if cfg.blame > 0.0 {
+                let lat = o.latency.total();
+                blame.charge(
+                    &cfg.sim.link,
+                    &obs,
+                    now,
+                    lat,
+                    &mut buf.reward,
+                    cfg.blame,
+                    cfg.reward_scale_ms,
+                    cfg.blame_cap_ms,
+                );
+                if let (Some(node), Some(a)) = (o.node, f.actions[slot]) {
+                    if o.cold || !obs.queues(a) {
+                        blame.hold(node, now, now + lat, buf.reward.len() - 1);
+                    }
+                }
+            }
         }
         if let Some(d) = buf.done.last_mut() {
             *d = true;

@@ -28,6 +28,7 @@ pub(crate) fn cand(lon: f64, free_cores: f64, free_mem: f64, idle: u32) -> Candi
         free_cores,
         free_memory_mb: free_mem,
         evictable_memory_mb: 0.0,
+        blocked_cold_ms: 0.0,
         idle,
         busy: 0,
         wait_ms: f64::INFINITY,

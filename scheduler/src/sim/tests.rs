@@ -104,3 +104,61 @@ fn warm_containers_are_reused_and_expire() {
     let out0 = Simulator::run(&topo, &wl, none, &GreedyPolicy::default());
     assert!(out0.iter().filter(|o| o.cold).count() > cold);
 }
+
+#[test]
+fn a_request_that_takes_the_last_cores_reports_the_warm_containers_it_blocks() {
+    // One 2-core node; function 0 needs 1 core, function 1 needs 2.
+    let node = NodeSpec {
+        location: crate::model::GeoPoint::new(0.0, 0.0),
+        cores: 2.0,
+        ghz: 3.0,
+        memory_mb: 8000.0,
+        bandwidth_mbps: 500.0,
+        access_ms: 0.0,
+    };
+    let topo = Topology {
+        name: "one".into(),
+        nodes: vec![node],
+        ids: vec!["n".into()],
+        sources: vec![node.location],
+        functions: None,
+        defaults: crate::topology::WorkloadDefaults::FILE,
+    };
+    let mut functions = function_catalogue(2, 7);
+    functions[0].cores = 1.0;
+    functions[1].cores = 2.0;
+    let req = |id: usize, t: f64, function: usize| Request {
+        id,
+        arrival_ms: t,
+        function,
+        source: node.location,
+        input_kb: 1.0,
+        slo_ms: 300.0,
+    };
+    let wl = Workload {
+        requests: vec![req(0, 0.0, 0), req(1, 60_000.0, 1), req(2, 60_001.0, 0)],
+        functions,
+    };
+    let mut sim = Simulator::new(&topo, &wl, SimConfig::default());
+    let new = Action {
+        candidate: 0,
+        new_container: true,
+    };
+    // Nothing warm yet: nothing to block.
+    let o = sim.next_observation().unwrap();
+    assert_eq!(o.candidates[0].blocked_cold_ms, 0.0);
+    sim.step(Some(new), 0);
+    // Function 0 is idle and warm; function 1's two cores would leave it none.
+    let o = sim.next_observation().unwrap();
+    let cold0 = model::cold_start_ms(&wl.functions[0], node.bandwidth_mbps);
+    assert_eq!(o.candidates[0].blocked_cold_ms, cold0);
+    sim.step(Some(new), 0);
+    // While function 1 runs, function 0's warm container cannot be reused.
+    let o = sim.next_observation().unwrap();
+    let c = &o.candidates[0];
+    assert_eq!((c.idle, c.free_cores), (1, 0.0));
+    assert!(!o.is_feasible(Action {
+        candidate: 0,
+        new_container: false
+    }));
+}
