@@ -4,6 +4,7 @@
 //! File layout (written by `train`): `actor.{0,2,4}.{weight,bias}` and `critic.{0,2,4}.{weight,bias}`,
 //! f32, weight shape `[out, in]`, tanh between layers; the metadata records the feature layout.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use safetensors::SafeTensors;
@@ -418,11 +419,48 @@ pub fn to_safetensors(actor: &Mlp, critic: &Mlp) -> Result<Vec<u8>> {
                 .map_err(|e| SchedulerError::Weights(e.to_string()))
         })
         .collect::<Result<Vec<_>>>()?;
-    let meta = std::collections::HashMap::from([
+    let meta = HashMap::from([
         ("features_version".to_owned(), FEATURES_VERSION.to_owned()),
         ("slots".to_owned(), SLOTS.to_string()),
     ]);
-    safetensors::serialize(views, &Some(meta)).map_err(|e| SchedulerError::Weights(e.to_string()))
+    let bytes = safetensors::serialize(views, &Some(meta.clone()))
+        .map_err(|e| SchedulerError::Weights(e.to_string()))?;
+    sort_metadata(bytes, &meta)
+}
+
+/// `safetensors::serialize` writes the metadata in the `HashMap`'s order, which differs from
+/// run to run: this rewrites it in key order (same bytes, other order, same length), so that
+/// training reproduces its weights file byte for byte.
+fn sort_metadata(mut bytes: Vec<u8>, meta: &HashMap<String, String>) -> Result<Vec<u8>> {
+    let bad = || SchedulerError::Weights("unexpected safetensors header".into());
+    let sorted: BTreeMap<&String, &String> = meta.iter().collect();
+    let want = serde_json::to_vec(&sorted).map_err(|e| SchedulerError::Weights(e.to_string()))?;
+    let len = bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(bad)?;
+    let header_end = 8 + usize::try_from(len).map_err(|_| bad())?;
+    let key = b"\"__metadata__\":";
+    let header = bytes.get(8..header_end).ok_or_else(bad)?;
+    let start = 8
+        + key.len()
+        + header
+            .windows(key.len())
+            .position(|w| w == key)
+            .ok_or_else(bad)?;
+    // Our metadata values are plain numbers: the first `}` closes the object.
+    let end = start
+        + bytes[start..header_end]
+            .iter()
+            .position(|&b| b == b'}')
+            .ok_or_else(bad)?
+        + 1;
+    if end - start != want.len() {
+        return Err(bad());
+    }
+    bytes[start..end].copy_from_slice(&want);
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -611,6 +649,23 @@ mod tests {
         // tanh(3 - 1 + 0.5) * 2
         let y = m.forward(&[3.0, 1.0])[0];
         assert!((y - 2.5f32.tanh() * 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_weights_file_is_the_same_bytes_every_time() {
+        let (a, c) = (mlp(OPT_FEATURES, 1.0), mlp(GLOBAL_FEATURES, 2.0));
+        let first = to_safetensors(&a, &c).unwrap();
+        let header = String::from_utf8_lossy(&first[8..200]).into_owned();
+        assert!(
+            header.starts_with(&format!(
+                "{{\"__metadata__\":{{\"features_version\":\"{FEATURES_VERSION}\",\"slots\":\"{SLOTS}\"}}"
+            )),
+            "{header}"
+        );
+        // HashMap order changes between maps: many writes, one result.
+        for _ in 0..50 {
+            assert_eq!(to_safetensors(&a, &c).unwrap(), first);
+        }
     }
 
     #[test]
