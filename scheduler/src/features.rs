@@ -143,12 +143,12 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
             c.free_memory_mb / mem,
             c.evictable_memory_mb / mem,
             (need - c.free_memory_mb).max(0.0) / mem * 10.0,
-            f64::from(c.idle).ln_1p(),
-            f64::from(c.busy).ln_1p(),
+            ln_1p_count(c.idle),
+            ln_1p_count(c.busy),
             f64::from(u8::from(*total > r.slo_ms)),
             // Warm containers of other functions this option's cores would block (queueing
             // holds no new cores); it replaced the slot's rank in features version 2.
-            if obs.queues(*a) {
+            if c.blocked_cold_ms == 0.0 || obs.queues(*a) {
                 0.0
             } else {
                 (c.blocked_cold_ms / 1000.0).ln_1p()
@@ -172,6 +172,18 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
     out.global[..8].copy_from_slice(&head);
     out.global[8..].copy_from_slice(&out.options[0]);
     out
+}
+
+/// `ln(1 + n)` of a container count, from a table for the small counts a decision usually sees
+/// (the same values `f64::ln_1p` gives, computed once): the decision hot path's logarithms are
+/// mostly of counts.
+fn ln_1p_count(n: u32) -> f64 {
+    static TABLE: std::sync::OnceLock<[f64; 64]> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| std::array::from_fn(|i| (i as f64).ln_1p()));
+    table
+        .get(n as usize)
+        .copied()
+        .unwrap_or_else(|| f64::from(n).ln_1p())
 }
 
 #[cfg(test)]
@@ -222,6 +234,17 @@ mod tests {
         };
         assert!((row(0) - 6.0f32.ln()).abs() < 1e-6);
         assert_eq!(row(1), 0.0);
+    }
+
+    #[test]
+    fn counts_log_as_ln_1p_does() {
+        for n in (0..200).chain([u32::MAX]) {
+            assert_eq!(
+                ln_1p_count(n).to_bits(),
+                f64::from(n).ln_1p().to_bits(),
+                "{n}"
+            );
+        }
     }
 
     #[test]
