@@ -201,6 +201,16 @@ impl Fleet {
         self.run_with(id, edge_of, &env);
     }
 
+    /// Starts the cloud and waits until it serves.
+    async fn run_cloud(&mut self) {
+        self.run("cloud", None);
+        let up = within(Duration::from_secs(20), || async {
+            self.route("cloud", BERLIN).await.is_some()
+        })
+        .await;
+        assert!(up.is_some(), "the cloud serves: {}", self.log("cloud"));
+    }
+
     /// [`Fleet::run`] with this environment.
     fn run_with(&mut self, id: &str, edge_of: Option<(&str, &str)>, env: &[(String, String)]) {
         let mut text = self.common();
@@ -334,12 +344,7 @@ async fn nodes_join_die_rejoin_are_refused_and_survive_etcd() {
         return;
     };
     // Start-up of a process (TLS, workers) is not what is measured: wait for the cloud first.
-    f.run("cloud", None);
-    let up = within(Duration::from_secs(20), || async {
-        f.route("cloud", BERLIN).await.is_some()
-    })
-    .await;
-    assert!(up.is_some(), "the cloud serves: {}", f.log("cloud"));
+    f.run_cloud().await;
 
     // Edges join one by one; the DNS and every gateway answer for each.
     f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
@@ -610,12 +615,7 @@ async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_repor
         return;
     };
     f.extra = "\n[scheduler]\npolicy = \"greedy\"\n\n[[function]]\nname = \"nap\"\ncpu_ms = 1000\nmemory_mb = 16\nimage_mb = 1\ninit_ms = 30\nslo_ms = 4000\n".into();
-    f.run("cloud", None);
-    let up = within(Duration::from_secs(20), || async {
-        f.route("cloud", BERLIN).await.is_some()
-    })
-    .await;
-    assert!(up.is_some(), "the cloud serves: {}", f.log("cloud"));
+    f.run_cloud().await;
     f.run("potsdam", Some(("potsdam", "127.0.0.12")));
     // tu-berlin plans with one core, so one running call saturates it.
     f.cores.push(("tu-berlin".into(), 1));
