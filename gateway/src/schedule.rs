@@ -17,7 +17,9 @@ use geofaas_config::{LatLon, Role, SchedulerPolicy, Topology};
 use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
-use geofaas_scheduler::model::{compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec};
+use geofaas_scheduler::model::{
+    cold_start_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
+};
 use geofaas_scheduler::ppo::PpoPolicy;
 use geofaas_scheduler::{Candidate, Observation, Policy, RequestInfo};
 use url::Url;
@@ -69,6 +71,11 @@ pub struct EdgeScheduler {
     cloud: NodeSpec,
     loads: Arc<LoadBoard>,
     stale_ms: u64,
+    /// The topology's functions (its order) with their profiles, for the warm instances of
+    /// other functions a call's cores would block ([`Candidate::blocked_cold_ms`]).
+    profiles: Vec<(String, FunctionProfile)>,
+    /// The most cores any of them needs.
+    max_cores: f64,
 }
 
 impl std::fmt::Debug for EdgeScheduler {
@@ -117,6 +124,11 @@ impl EdgeScheduler {
             }
         }
         let here = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
+        let profiles: Vec<_> = topology
+            .functions
+            .iter()
+            .map(|f| (f.name.clone(), FunctionProfile::from(f)))
+            .collect();
         let (cloud_id, cloud) = cloud.ok_or_else(|| anyhow::anyhow!("topology has no cloud"))?;
         Ok(Some(Self {
             policy,
@@ -127,6 +139,8 @@ impl EdgeScheduler {
             cloud,
             loads,
             stale_ms: crate::loads::stale_ms(topology),
+            max_cores: profiles.iter().map(|(_, p)| p.cores).fold(0.0, f64::max),
+            profiles,
         }))
     }
 
@@ -159,19 +173,20 @@ impl EdgeScheduler {
         let profile = FunctionProfile::from(f);
         let stats = backends.iter().find_map(|b| b.stats(function));
         let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);
-        candidates.push(self.local(&profile, stats, local));
+        candidates.push(self.local(&profile, function, backends, stats, local));
         if local.may_forward {
             let now = now_ms();
             self.loads.read(|reports| {
                 let fresh = |id: &str| reports.fresh(id, now, self.stale_ms);
                 for n in &self.neighbors {
-                    let report = fresh(&n.id).and_then(|r| reported(n.spec, &profile, function, r));
+                    let report =
+                        fresh(&n.id).and_then(|r| self.reported(n.spec, &profile, function, r));
                     candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
                 }
                 candidates.push(fresh(&self.cloud_id).map_or_else(
                     || empty(self.cloud),
                     |r| {
-                        reported(self.cloud, &profile, function, r)
+                        self.reported(self.cloud, &profile, function, r)
                             .unwrap_or_else(|| empty(self.cloud))
                     },
                 ));
@@ -204,7 +219,14 @@ impl EdgeScheduler {
     /// instances of the function from its pool. A pool at its instance limit cannot start one
     /// (no memory to offer); a busy instance frees after about the function's compute time.
     /// Without an admission permit nothing here is feasible.
-    fn local(&self, p: &FunctionProfile, stats: Option<PoolStats>, local: LocalState) -> Candidate {
+    fn local(
+        &self,
+        p: &FunctionProfile,
+        function: &str,
+        backends: &[Arc<dyn FunctionBackend>],
+        stats: Option<PoolStats>,
+        local: LocalState,
+    ) -> Candidate {
         if !local.admitted {
             return infeasible(self.here);
         }
@@ -215,20 +237,82 @@ impl EdgeScheduler {
         });
         let full = s.idle + s.busy >= s.max;
         let held = (s.idle + s.busy) as f64 * p.memory_mb;
+        let free_cores = (self.here.cores - local.in_flight as f64).max(0.0);
+        let idle_here = |g: &str| {
+            backends
+                .iter()
+                .find_map(|b| b.stats(g))
+                .map_or(0, |s| s.idle)
+        };
         Candidate {
             node: self.here,
-            free_cores: (self.here.cores - local.in_flight as f64).max(0.0),
+            free_cores,
             free_memory_mb: if full {
                 0.0
             } else {
                 (self.here.memory_mb - held).max(0.0)
             },
             evictable_memory_mb: 0.0,
-            blocked_cold_ms: 0.0,
+            blocked_cold_ms: self.blocked_cold_ms(
+                free_cores - p.cores,
+                self.here,
+                function,
+                idle_here,
+            ),
             idle: u32::try_from(s.idle).unwrap_or(u32::MAX),
             busy: u32::try_from(s.busy).unwrap_or(u32::MAX),
             wait_ms: compute_ms(p, self.here.ghz),
         }
+    }
+
+    /// A node from its load report: cores less its running calls (none while it queues), memory
+    /// less what the function's instances hold, and their counts; `None` when its report does not
+    /// list the function (it does not serve it in a pool).
+    fn reported(
+        &self,
+        spec: NodeSpec,
+        p: &FunctionProfile,
+        function: &str,
+        r: &LoadReport,
+    ) -> Option<Candidate> {
+        let f = r.load.functions.get(function)?;
+        let free_cores = if r.load.queued > 0 {
+            0.0
+        } else {
+            (spec.cores - r.load.running as f64).max(0.0)
+        };
+        let idle_there = |g: &str| r.load.functions.get(g).map_or(0, |f| f.idle);
+        Some(Candidate {
+            node: spec,
+            free_cores,
+            free_memory_mb: (spec.memory_mb - (f.idle + f.busy) as f64 * p.memory_mb).max(0.0),
+            evictable_memory_mb: 0.0,
+            blocked_cold_ms: self.blocked_cold_ms(free_cores - p.cores, spec, function, idle_there),
+            idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
+            busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
+            wait_ms: compute_ms(p, spec.ghz),
+        })
+    }
+
+    /// [`Candidate::blocked_cold_ms`] as the simulator defines it: with `left` cores free after
+    /// the call, the cold starts at `spec` of the other functions whose idle instances there
+    /// (`idle`) would lack the cores they need. Zero, without looking at any pool, while `left`
+    /// is at least what any function needs: only a nearly full node pays for the look.
+    fn blocked_cold_ms(
+        &self,
+        left: f64,
+        spec: NodeSpec,
+        function: &str,
+        idle: impl Fn(&str) -> usize,
+    ) -> f64 {
+        if left < -1e-9 || left + 1e-9 >= self.max_cores {
+            return 0.0;
+        }
+        self.profiles
+            .iter()
+            .filter(|(g, p)| g != function && p.cores > left + 1e-9 && idle(g) > 0)
+            .map(|(_, p)| cold_start_ms(p, spec.bandwidth_mbps))
+            .sum()
     }
 }
 
@@ -248,33 +332,6 @@ fn load_ppo(topology: &Topology, link: LinkModel) -> anyhow::Result<PpoPolicy> {
             Ok(PpoPolicy::from_bytes(bytes, link)?)
         }
     }
-}
-
-/// A node from its load report: cores less its running calls (none while it queues), memory
-/// less what the function's instances hold, and their counts; `None` when its report does not
-/// list the function (it does not serve it in a pool).
-fn reported(
-    spec: NodeSpec,
-    p: &FunctionProfile,
-    function: &str,
-    r: &LoadReport,
-) -> Option<Candidate> {
-    let f = r.load.functions.get(function)?;
-    let free_cores = if r.load.queued > 0 {
-        0.0
-    } else {
-        (spec.cores - r.load.running as f64).max(0.0)
-    };
-    Some(Candidate {
-        node: spec,
-        free_cores,
-        free_memory_mb: (spec.memory_mb - (f.idle + f.busy) as f64 * p.memory_mb).max(0.0),
-        evictable_memory_mb: 0.0,
-        blocked_cold_ms: 0.0,
-        idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
-        busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
-        wait_ms: compute_ms(p, spec.ghz),
-    })
 }
 
 /// A node with every capacity free and no warm instance: only a new instance is feasible, so
@@ -303,5 +360,47 @@ fn infeasible(spec: NodeSpec) -> Candidate {
         idle: 0,
         busy: 0,
         wait_ms: 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn greedy_at_tu_berlin() -> EdgeScheduler {
+        let text = include_str!("../../examples/berlin.toml")
+            .replace("policy = \"none\"", "policy = \"greedy\"");
+        let topology =
+            Topology::parse(&text, "berlin.toml", std::path::Path::new("../examples")).unwrap();
+        EdgeScheduler::from_topology(&topology, "tu-berlin", Arc::default())
+            .unwrap()
+            .expect("a policy")
+    }
+
+    #[test]
+    fn only_a_nearly_full_node_blocks_the_idle_instances_of_other_functions() {
+        let s = greedy_at_tu_berlin();
+        let cold = |name: &str| {
+            let (_, p) = s.profiles.iter().find(|(n, _)| n == name).unwrap();
+            cold_start_ms(p, s.here.bandwidth_mbps)
+        };
+        // sieve and echo idle here, sievehard (the call's own function) too.
+        let idle = |g: &str| usize::from(g != "nothing");
+        let blocked = |left| s.blocked_cold_ms(left, s.here, "sievehard", idle);
+        assert_eq!(blocked(0.0), cold("sieve") + cold("echo"));
+        assert!(blocked(0.0) > 0.0);
+        // A core left over is what every function needs: nothing is blocked, nothing looked at.
+        assert_eq!(
+            s.blocked_cold_ms(1.0, s.here, "sievehard", |_| unreachable!()),
+            0.0
+        );
+        // The call cannot run here at all.
+        assert_eq!(blocked(-1.0), 0.0);
+        // Functions without an idle instance block nothing.
+        let only_echo = |g: &str| usize::from(g == "echo");
+        assert_eq!(
+            s.blocked_cold_ms(0.0, s.here, "sievehard", only_echo),
+            cold("echo")
+        );
     }
 }

@@ -23,7 +23,8 @@ pub struct Candidate {
     /// Cold-start time in ms, at this node, summed over the other functions whose idle warm
     /// containers here could no longer be reused while this request holds its cores (the
     /// cores left would be fewer than they need): what their next requests would pay instead,
-    /// were no other warm container at hand. 0 where nobody reports it (the live gateway).
+    /// were no other warm container at hand. A live edge computes it from its pools and the
+    /// other nodes' load reports.
     pub blocked_cold_ms: f64,
     /// Idle warm containers of the request's function on this node.
     pub idle: u32,
