@@ -614,7 +614,10 @@ async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_repor
     let Some(mut f) = Fleet::start().await else {
         return;
     };
-    f.extra = "\n[scheduler]\npolicy = \"greedy\"\n\n[[function]]\nname = \"nap\"\ncpu_ms = 1000\nmemory_mb = 16\nimage_mb = 1\ninit_ms = 30\nslo_ms = 4000\n".into();
+    // A cold start (about 2 ms in the model) costs less than the cloud's 17 ms of distance, so
+    // an attempt that lands in the cloud before Potsdam's report is in (warming the cloud)
+    // does not make the cloud the better place for the next one.
+    f.extra = "\n[scheduler]\npolicy = \"greedy\"\n\n[[function]]\nname = \"nap\"\ncpu_ms = 1000\nmemory_mb = 16\nimage_mb = 0.1\ninit_ms = 1\nslo_ms = 4000\n".into();
     f.run_cloud().await;
     f.run("potsdam", Some(("potsdam", "127.0.0.12")));
     // tu-berlin plans with one core, so one running call saturates it.
@@ -630,9 +633,12 @@ async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_repor
         "tu-berlin knows potsdam: {}",
         f.log("tu-berlin")
     );
-    // Reports every 200 ms; a few intervals for potsdam's to reach etcd and tu-berlin's board.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
+    let h = |r: &reqwest::Response, n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
     let tu = f.url("tu-berlin");
     let nap = |seconds: &'static str| {
         f.client
@@ -641,25 +647,26 @@ async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_repor
             .body(seconds)
             .send()
     };
-    let (busy, placed) = tokio::join!(nap("2.0"), async {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        nap("0").await
-    });
-    let (busy, placed) = (busy.unwrap(), placed.unwrap());
-    let h = |r: &reqwest::Response, n: &str| {
-        r.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default()
-    };
-    assert_eq!(busy.status(), 200);
-    assert_eq!(h(&busy, "x-served-by"), "tu-berlin");
-    assert_eq!(placed.status(), 200, "{}", f.log("tu-berlin"));
-    assert_eq!(
-        (h(&placed, "x-placement"), h(&placed, "x-served-by")),
-        ("neighbor".to_owned(), "potsdam".to_owned()),
-        "placement reason {:?}; tu-berlin log: {}",
-        h(&placed, "x-placement-reason"),
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        // Reports every 200 ms, stale after 600.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (busy, placed) = tokio::join!(nap("2.0"), async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            nap("0").await
+        });
+        let (busy, placed) = (busy.unwrap(), placed.unwrap());
+        assert_eq!(busy.status(), 200);
+        assert_eq!(h(&busy, "x-served-by"), "tu-berlin");
+        assert_eq!(placed.status(), 200, "{}", f.log("tu-berlin"));
+        let got = (h(&placed, "x-placement"), h(&placed, "x-served-by"));
+        if got == ("neighbor".to_owned(), "potsdam".to_owned()) {
+            return;
+        }
+        seen.push((got, h(&placed, "x-placement-reason")));
+    }
+    panic!(
+        "never placed on potsdam: {seen:?}; tu-berlin log: {}",
         f.log("tu-berlin")
     );
 }
