@@ -96,6 +96,15 @@ pub fn for_function(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// `value` marked as never to be indexed by HTTP/2 header compression. For values that differ
+/// on every answer (request id, `Server-Timing`): adding each to the HPACK table would evict
+/// the entries that do repeat (`X-Served-By`, `Content-Type`) and cost a table insertion and
+/// its evictions per answer, for an entry no later answer can reuse. HTTP/1.1 ignores the flag.
+pub fn never_indexed(mut value: HeaderValue) -> HeaderValue {
+    value.set_sensitive(true);
+    value
+}
+
 /// The call's id: the client's `X-Request-Id` when it is 1-64 visible ASCII characters, else a
 /// new random one.
 pub fn request_id(headers: &HeaderMap) -> HeaderValue {

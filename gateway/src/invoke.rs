@@ -546,7 +546,7 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
         HeaderValue::from_static(if out.cold_start { "true" } else { "false" }),
     );
     if let Ok(v) = HeaderValue::try_from(timing) {
-        h.insert(SERVER_TIMING, v);
+        h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
     }
     resp
 }

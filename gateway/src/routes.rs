@@ -188,7 +188,8 @@ async fn call(
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response);
-    resp.headers_mut().insert(REQUEST_ID, request_id);
+    resp.headers_mut()
+        .insert(REQUEST_ID, headers::never_indexed(request_id));
     resp
 }
 
