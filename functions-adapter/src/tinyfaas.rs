@@ -23,8 +23,8 @@ use http::{Method, StatusCode};
 use reqwest::Url;
 
 use crate::factory::BuildError;
-use crate::http_common::{self, Reply, PROBE_TIMEOUT};
-use crate::upstream::Upstream;
+use crate::http_common::{self, PROBE_TIMEOUT};
+use crate::upstream::{Answer, Upstream};
 use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
 
 /// Budget of a deploy (building the function's image can take a while).
@@ -141,14 +141,14 @@ impl TinyfaasAdapter {
     fn classify(
         &self,
         function: &str,
-        reply: Reply,
+        reply: Answer,
         started: Instant,
     ) -> Result<InvokeOutput, InvokeError> {
         match reply.status {
             StatusCode::OK => {
                 self.check_body(function, &reply.body)?;
                 Ok(InvokeOutput {
-                    content_type: http_common::content_type(&reply.headers),
+                    content_type: reply.content_type,
                     body: reply.body,
                     exec: started.elapsed(),
                     ..InvokeOutput::default()
@@ -226,7 +226,12 @@ impl FunctionBackend for TinyfaasAdapter {
                 for (name, value) in http_common::forwardable(&call.headers) {
                     request = request.header(name, value);
                 }
-                http_common::send(request, budget).await?
+                let reply = http_common::send(request, budget).await?;
+                Answer {
+                    status: reply.status,
+                    content_type: http_common::content_type(&reply.headers),
+                    body: reply.body,
+                }
             }
         };
         self.classify(&call.function, reply, started)

@@ -1,6 +1,8 @@
 //! The tinyFaaS adapter's keep-alive connections, against raw TCP servers that behave as real
 //! HTTP/1.1 servers do at the edges: reuse, a server closing an idle connection, `Connection:
-//! close`, chunked replies, and a reply cut short (never sent twice).
+//! close`, chunked replies (with extensions and trailers, after a `100 Continue`), a body
+//! delimited by the connection's end, a reply cut short (never sent twice), and a peer that does
+//! not speak HTTP.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,6 +29,12 @@ enum Behaviour {
     Chunked,
     /// Headers promising 100 bytes, 10 bytes, then the connection closes.
     CutShort,
+    /// `100 Continue`, then `200` with the body in chunks, followed by trailers.
+    InterimThenChunkedWithTrailers,
+    /// `200` with neither a length nor chunks: the body ends with the connection.
+    UntilClose,
+    /// Something that is not HTTP.
+    Garbage,
 }
 
 struct Server {
@@ -108,6 +116,29 @@ async fn serve(mut stream: TcpStream, behaviour: Behaviour, requests: Arc<Atomic
                 r.extend_from_slice(b"0\r\n\r\n");
                 stream.write_all(&r).await.unwrap();
                 continue;
+            }
+            Behaviour::InterimThenChunkedWithTrailers => {
+                let mut r = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+                r.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/csv\r\n");
+                r.extend_from_slice(b"Transfer-Encoding: chunked\r\nTrailer: x-sum\r\n\r\n");
+                for part in body.chunks(2) {
+                    r.extend_from_slice(format!("{:X};ext=1\r\n", part.len()).as_bytes());
+                    r.extend_from_slice(part);
+                    r.extend_from_slice(b"\r\n");
+                }
+                r.extend_from_slice(b"0\r\nx-sum: 42\r\n\r\n");
+                stream.write_all(&r).await.unwrap();
+                continue;
+            }
+            Behaviour::UntilClose => {
+                let mut r = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+                r.extend_from_slice(&body);
+                let _ = stream.write_all(&r).await;
+                return;
+            }
+            Behaviour::Garbage => {
+                let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await;
+                return;
             }
             Behaviour::CutShort => {
                 let _ = stream
@@ -202,6 +233,39 @@ async fn chunked_replies_are_reassembled() {
     assert_eq!(&echo(&a, body).await.unwrap()[..], body.as_bytes());
     assert_eq!(&echo(&a, body).await.unwrap()[..], body.as_bytes());
     assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn interim_replies_chunk_extensions_and_trailers_are_read_past() {
+    let s = server(Behaviour::InterimThenChunkedWithTrailers).await;
+    let a = adapter(s.port);
+    for body in ["an odd-length body", "ab"] {
+        let out = a
+            .invoke(call("echo", body, Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert_eq!(&out.body[..], body.as_bytes());
+        assert_eq!(out.content_type.unwrap(), "text/csv");
+    }
+    // The trailers were consumed: the second call reused the connection.
+    assert_eq!(s.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_without_length_ends_with_the_connection_which_is_not_reused() {
+    let s = server(Behaviour::UntilClose).await;
+    let a = adapter(s.port);
+    for body in ["one", "two"] {
+        assert_eq!(&echo(&a, body).await.unwrap()[..], body.as_bytes());
+    }
+    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_speak_http_is_a_protocol_error() {
+    let s = server(Behaviour::Garbage).await;
+    let err = echo(&adapter(s.port), "x").await.unwrap_err();
+    assert!(matches!(err, InvokeError::Protocol(_)), "{err:?}");
 }
 
 #[tokio::test]
