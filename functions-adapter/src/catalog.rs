@@ -4,11 +4,16 @@
 //! The list lives for `refresh` and is then fetched again on the next read (concurrent readers
 //! share one fetch). If a refresh fails, the last list that was fetched is served instead, so
 //! a backend that is briefly unreachable keeps its functions (its breaker decides on calls).
+//!
+//! Every call reads the list, so a read of a list younger than `refresh` is one atomic load and
+//! a clock read; moka (its hashing, clock and bookkeeping) is asked only when that list is
+//! missing, expired or invalidated.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwapOption;
 use moka::future::Cache;
 
 use crate::InvokeError;
@@ -17,18 +22,29 @@ use crate::InvokeError;
 #[derive(Debug)]
 pub struct Catalog {
     cache: Cache<(), Arc<Vec<String>>>,
-    last_good: Mutex<Option<Arc<Vec<String>>>>,
+    refresh: Duration,
+    /// The last list fetched, and when (`None` once invalidated): served while younger than
+    /// `refresh`, and after a failed refresh whatever its age.
+    last: ArcSwapOption<Fetched>,
+}
+
+#[derive(Debug)]
+struct Fetched {
+    list: Arc<Vec<String>>,
+    at: Option<Instant>,
 }
 
 impl Catalog {
     /// A catalog whose entry is fetched again `refresh` after it was last fetched.
     pub fn new(refresh: Duration) -> Self {
+        let refresh = refresh.max(Duration::from_millis(1));
         Self {
             cache: Cache::builder()
                 .max_capacity(1)
-                .time_to_live(refresh.max(Duration::from_millis(1)))
+                .time_to_live(refresh)
                 .build(),
-            last_good: Mutex::new(None),
+            refresh,
+            last: ArcSwapOption::empty(),
         }
     }
 
@@ -38,34 +54,42 @@ impl Catalog {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Vec<String>, InvokeError>>,
     {
+        if let Some(last) = &*self.last.load() {
+            if last.at.is_some_and(|at| at.elapsed() < self.refresh) {
+                return Ok(last.list.clone());
+            }
+        }
         let fetched = self
             .cache
-            .try_get_with((), async { load().await.map(Arc::new) })
+            .try_get_with((), async {
+                let list = Arc::new(load().await?);
+                self.last.store(Some(Arc::new(Fetched {
+                    list: list.clone(),
+                    at: Some(Instant::now()),
+                })));
+                Ok(list)
+            })
             .await;
         match fetched {
-            Ok(list) => {
-                *self.last_good.lock().unwrap_or_else(|p| p.into_inner()) = Some(list.clone());
-                Ok(list)
-            }
-            Err(err) => {
-                let stale = self
-                    .last_good
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                match stale {
-                    Some(list) => {
-                        tracing::debug!(error = %err, "function list refresh failed; serving the last one");
-                        Ok(list)
-                    }
-                    None => Err(copy_error(&err)),
+            Ok(list) => Ok(list),
+            Err(err) => match self.last.load_full() {
+                Some(stale) => {
+                    tracing::debug!(error = %err, "function list refresh failed; serving the last one");
+                    Ok(stale.list.clone())
                 }
-            }
+                None => Err(copy_error(&err)),
+            },
         }
     }
 
-    /// Forgets the cached list (the next read fetches it).
+    /// Forgets the cached list (the next read fetches it; it is still served if that fails).
     pub async fn invalidate(&self) {
+        if let Some(last) = self.last.load_full() {
+            self.last.store(Some(Arc::new(Fetched {
+                list: last.list.clone(),
+                at: None,
+            })));
+        }
         self.cache.invalidate(&()).await;
     }
 }
@@ -112,6 +136,21 @@ mod tests {
         catalog.invalidate().await;
         let failing = || async { Err(InvokeError::Unavailable("down".into())) };
         assert_eq!(*catalog.get(failing).await.unwrap(), ["sieve"]);
+    }
+
+    #[tokio::test]
+    async fn a_list_older_than_the_refresh_is_fetched_again() {
+        let catalog = Catalog::new(Duration::from_millis(20));
+        let fetches = AtomicUsize::new(0);
+        let load = || async {
+            let n = fetches.fetch_add(1, Ordering::SeqCst);
+            Ok(vec![format!("v{n}")])
+        };
+        assert_eq!(*catalog.get(load).await.unwrap(), ["v0"]);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(*catalog.get(load).await.unwrap(), ["v1"]);
+        assert_eq!(*catalog.get(load).await.unwrap(), ["v1"]);
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

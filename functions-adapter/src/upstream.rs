@@ -248,6 +248,9 @@ impl Conn {
         max_reply: usize,
     ) -> Result<(Answer, bool), InvokeError> {
         let head = loop {
+            if self.buf.is_empty() {
+                self.fill(READ_AHEAD).await?;
+            }
             match parse_head(&self.buf, method)? {
                 Some(head) if head.status == StatusCode::SWITCHING_PROTOCOLS => {
                     return Err(InvokeError::Protocol(
@@ -385,42 +388,45 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<Head>, InvokeError> 
     let mut transfer_coded = false;
     let mut content_type = None;
     for h in reply.headers.iter() {
-        let value = h.value;
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        // The length first: most headers are none of these four.
+        match name.len() {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                let n = content_length(value).ok_or_else(|| {
                     InvokeError::Protocol(format!(
                         "bad Content-Length {:?}",
                         String::from_utf8_lossy(value)
                     ))
                 })?;
-            if length.is_some_and(|l| l != n) {
-                return Err(InvokeError::Protocol(
-                    "conflicting Content-Length headers".into(),
-                ));
+                if length.is_some_and(|l| l != n) {
+                    return Err(InvokeError::Protocol(
+                        "conflicting Content-Length headers".into(),
+                    ));
+                }
+                length = Some(n);
             }
-            length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            transfer_coded = true;
-            // Only the last coding frames the body.
-            chunked = value
-                .rsplit(|&b| b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
-                    keep_alive = true;
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                transfer_coded = true;
+                // Only the last coding frames the body.
+                chunked = value
+                    .rsplit(|&b| b == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                        keep_alive = true;
+                    }
                 }
             }
-        } else if h.name.eq_ignore_ascii_case("content-type") && std::str::from_utf8(value).is_ok()
-        {
-            let start = value.as_ptr() as usize - buf.as_ptr() as usize;
-            content_type = Some(start..start + value.len());
+            12 if name.eq_ignore_ascii_case(b"content-type") && value.is_ascii() => {
+                let start = value.as_ptr() as usize - buf.as_ptr() as usize;
+                content_type = Some(start..start + value.len());
+            }
+            _ => {}
         }
     }
     let no_body = status.is_informational()
@@ -450,6 +456,19 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<Head>, InvokeError> 
         keep_alive: keep_alive && !(transfer_coded && length.is_some()),
         content_type,
     }))
+}
+
+/// A `Content-Length` value: decimal digits only (surrounding blanks allowed), no overflow.
+fn content_length(value: &[u8]) -> Option<usize> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |n, &d| {
+        d.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(usize::from(d - b'0')))
+            .flatten()
+    })
 }
 
 #[cfg(test)]
@@ -483,6 +502,28 @@ mod tests {
         );
         let same = head("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n");
         assert_eq!(same.framing, Framing::Length(2));
+    }
+
+    #[test]
+    fn content_length_takes_digits_only() {
+        assert_eq!(content_length(b" 42 "), Some(42));
+        assert_eq!(content_length(b"0"), Some(0));
+        for bad in [
+            &b""[..],
+            b" ",
+            b"+1",
+            b"-1",
+            b"1 2",
+            b"0x10",
+            b"99999999999999999999999",
+        ] {
+            assert_eq!(
+                content_length(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]
