@@ -370,9 +370,16 @@ impl Conn {
 
 /// The reply head at the start of `buf`, `None` while it is incomplete.
 fn parse_head(buf: &[u8], method: &Method) -> Result<Option<Head>, InvokeError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut reply = httparse::Response::new(&mut headers);
-    let len = match reply.parse(buf) {
+    // Left uninitialised: httparse writes the ones it fills (zeroing all would cost more than
+    // parsing a short head).
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut reply = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut reply,
+        buf,
+        &mut headers,
+    );
+    let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(InvokeError::Protocol(format!("unreadable reply head: {e}"))),

@@ -4,10 +4,10 @@
 //! Durations are histograms in seconds. Labels are bounded: node, function (names the node
 //! knows; anything else is `_unknown`), outcome, where the call ran, backend kind, reason.
 
-use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
+use fnv::FnvHashMap;
 use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
@@ -51,9 +51,11 @@ pub struct NodeMetrics {
     process: Option<PrometheusHandle>,
     /// Handles of the per-call histograms, so a call does not build and look up a labelled key
     /// in the registry (measured: about 5% of a proxied call's instructions).
-    calls: RwLock<HashMap<String, Vec<(&'static str, Histogram)>>>,
-    backend_calls: RwLock<HashMap<(&'static str, &'static str), Histogram>>,
-    placements: RwLock<HashMap<(&'static str, &'static str), Counter>>,
+    // FNV: the keys are short names, looked up on every call (SipHash cost more than the
+    // lookup itself).
+    calls: RwLock<FnvHashMap<String, Vec<(&'static str, Histogram)>>>,
+    backend_calls: RwLock<FnvHashMap<(&'static str, &'static str), Histogram>>,
+    placements: RwLock<FnvHashMap<(&'static str, &'static str), Counter>>,
     decisions: Histogram,
 }
 
