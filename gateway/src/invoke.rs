@@ -539,6 +539,8 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
         .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
     let mut resp = Response::new(Body::from(out.body));
     let h = resp.headers_mut();
+    // Room for these, the placement headers and the request id: the map does not grow.
+    h.reserve(12);
     h.insert(header::CONTENT_TYPE, content_type);
     h.insert(SERVED_BY, state.id_header.clone());
     h.insert(
