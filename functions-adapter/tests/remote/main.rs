@@ -1,5 +1,6 @@
 //! Integration tests of the remote backends: tinyFaaS and OpenWhisk against protocol-faithful
-//! fakes (`geofaas-test-support`), Lambda against real peers (serverless-offline, moto).
+//! fakes (`geofaas-test-support`), tinyFaaS's keep-alive connections also against nginx, Lambda
+//! against real peers (serverless-offline, moto).
 //!
 //! The Lambda tests need `npm ci --prefix functions-adapter/tests/peers/serverless` and
 //! `pip install 'moto[server]'`; without them they fail unless `GEOFAAS_SKIP_PEERS=1`.
@@ -11,6 +12,7 @@ mod lambda_serverless;
 mod openwhisk;
 mod tinyfaas;
 mod tinyfaas_connections;
+mod tinyfaas_nginx;
 
 use std::time::Duration;
 
