@@ -59,15 +59,17 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx must be installed for this test (apt-get install nginx; scripts/test.sh does)");
+        // Killed and reaped by `Drop`, also when it does not come up.
+        let nginx = Self { child, port, dir };
         for _ in 0..200 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Self { child, port, dir };
+                return nginx;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!(
             "nginx did not start: {}",
-            log(&dir.path().join("error.log"))
+            log(&nginx.dir.path().join("error.log"))
         );
     }
 
