@@ -588,3 +588,7 @@ mod tests {
         assert!(raw.ends_with(b"\r\n\r\n") && raw.len() < big.len());
     }
 }
+
+#[cfg(test)]
+#[path = "upstream_props.rs"]
+mod props;
