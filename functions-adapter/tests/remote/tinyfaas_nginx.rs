@@ -73,12 +73,23 @@ impl Nginx {
         );
     }
 
-    /// The connection number of each request nginx has logged, in order.
-    fn connections(&self) -> Vec<u64> {
-        log(&self.dir.path().join("access.log"))
-            .lines()
-            .map(|l| l.split(' ').next().unwrap().parse().unwrap())
-            .collect()
+    /// The connection number of each request nginx has logged, in order, once it has logged
+    /// `n` (nginx writes a request's line after its answer has gone out).
+    fn connections(&self, n: usize) -> Vec<u64> {
+        let read = || -> Vec<u64> {
+            log(&self.dir.path().join("access.log"))
+                .lines()
+                .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+                .collect()
+        };
+        for _ in 0..300 {
+            let conns = read();
+            if conns.len() >= n {
+                return conns;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        read()
     }
 }
 
@@ -112,7 +123,7 @@ async fn connections_nginx_closes_after_its_keepalive_requests_are_not_used_agai
     }
     // nginx answers the third request on a connection with `Connection: close`; the adapter
     // must open a new one for the fourth, never send on the closed one.
-    let conns = nginx.connections();
+    let conns = nginx.connections(7);
     assert_eq!(conns.len(), 7, "{conns:?}");
     let per_connection: Vec<usize> = conns.chunk_by(|a, b| a == b).map(<[u64]>::len).collect();
     assert_eq!(per_connection, [3, 3, 1], "{conns:?}");
@@ -123,9 +134,10 @@ async fn a_connection_nginx_closed_while_idle_is_replaced() {
     let nginx = Nginx::start();
     let a = adapter(nginx.port);
     hello(&a).await;
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // Well past nginx's one-second keep-alive timeout, also on a loaded machine.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     hello(&a).await;
-    let conns = nginx.connections();
+    let conns = nginx.connections(2);
     assert_eq!(conns.len(), 2, "{conns:?}");
     assert_ne!(
         conns[0], conns[1],
