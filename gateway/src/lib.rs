@@ -113,6 +113,8 @@ pub struct NodeHandle {
     task: JoinHandle<std::io::Result<()>>,
     /// Sends and collects load reports for the scheduler ([`loads::exchange`]).
     exchange: JoinHandle<()>,
+    /// Folds queued metric samples into the histograms ([`metrics::upkeep`]).
+    upkeep: JoinHandle<()>,
 }
 
 impl NodeHandle {
@@ -137,6 +139,7 @@ impl NodeHandle {
             async move { token.cancelled().await },
         ));
         let exchange = tokio::spawn(loads::exchange(live.clone()));
+        let upkeep = tokio::spawn(metrics::upkeep(live.clone()));
         Ok(Self {
             state,
             live,
@@ -144,6 +147,7 @@ impl NodeHandle {
             stop,
             task,
             exchange,
+            upkeep,
         })
     }
 
@@ -186,6 +190,7 @@ impl NodeHandle {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.state.ready.store(false, Ordering::Relaxed);
         self.exchange.abort();
+        self.upkeep.abort();
         self.stop.cancel();
         self.task.await??;
         Ok(())
