@@ -109,7 +109,8 @@ pub async fn serve_tls(
                     let api = api.clone();
                     async move { Ok::<_, Infallible>(api.serve(body(req), remote).await) }
                 });
-                // No ALPN: HTTP/1.1, or HTTP/2 with prior knowledge (told apart by the preface).
+                // HTTP/1.1 (by ALPN or without one), or HTTP/2 with prior knowledge (told apart
+                // by the preface).
                 let mut builder = auto::Builder::new(TokioExecutor::new());
                 // Flatten each HTTP/1.1 response (head and body) into one buffer: over TLS a
                 // vectored write becomes one record per slice, so this sends one record
