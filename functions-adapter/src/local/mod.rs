@@ -25,6 +25,7 @@ mod error;
 mod fork;
 mod pool;
 mod proc;
+mod scratch;
 mod spare;
 mod spec;
 mod worker;
@@ -83,8 +84,9 @@ struct Inner {
     returned: tokio::sync::Notify,
     timeout: Duration,
     stop: CancellationToken,
-    /// Holds the bootstrap scripts; deleted when the runtime goes away.
-    _scripts: tempfile::TempDir,
+    /// Holds the bootstrap scripts; deleted when the runtime goes away (or by the next runtime
+    /// to start, when this one was killed).
+    _scripts: scratch::Scratch,
 }
 
 impl LocalRuntime {
@@ -96,10 +98,7 @@ impl LocalRuntime {
         let handle =
             tokio::runtime::Handle::try_current().map_err(|_| LocalError::NoTokioRuntime)?;
         let specs = spec::scan(&base_dir.join(&cfg.functions_dir), cfg.functions.as_deref())?;
-        let scripts = tempfile::Builder::new()
-            .prefix("geofaas-local-")
-            .tempdir()
-            .map_err(LocalError::Bootstrap)?;
+        let scripts = scratch::Scratch::create().map_err(LocalError::Bootstrap)?;
         let launch = Arc::new(Launch {
             python: interpreter("GEOFAAS_PYTHON", "python3"),
             node: interpreter("GEOFAAS_NODE", "node"),
