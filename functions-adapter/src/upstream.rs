@@ -20,7 +20,9 @@
 //! A pooled connection the server has closed is noticed before the request is sent (its socket
 //! has reported the end of the stream), so the request goes on a fresh connection instead. Once
 //! a request is written it is never sent again: a connection that fails mid-exchange is an
-//! error, and the gateway's failover decides what happens next.
+//! error, and the gateway's failover decides what happens next. A reply that arrives while a
+//! large body is still being written (a server refusing the call without reading it) stops the
+//! writing and is the call's answer, also when the server then closes the connection.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -152,16 +154,21 @@ impl Upstream {
             Some(conn) => conn,
             None => self.connect().await?,
         };
-        let network = |e: std::io::Error| InvokeError::Network(e.to_string());
-        conn.stream.write_all(&request).await.map_err(network)?;
-        if let Some(body) = body {
-            conn.stream.write_all(&body).await.map_err(network)?;
+        let sent = conn.send_request(&request, body.as_deref()).await;
+        let reply = conn.read_reply(method, max_reply).await;
+        match (sent, reply) {
+            (Ok(whole), Ok((answer, reusable))) => {
+                if whole && reusable {
+                    self.release(conn);
+                }
+                Ok(answer)
+            }
+            (Ok(_), Err(e)) => Err(e),
+            // A server may answer before it has read the whole request (an unknown function,
+            // a body too large for it) and then close: that answer is the call's answer.
+            (Err(_), Ok((answer, _))) => Ok(answer),
+            (Err(e), Err(_)) => Err(InvokeError::Network(e.to_string())),
         }
-        let (answer, reusable) = conn.read_reply(method, max_reply).await?;
-        if reusable {
-            self.release(conn);
-        }
-        Ok(answer)
     }
 
     /// An idle connection that is still open, if there is one.
@@ -225,6 +232,44 @@ impl Conn {
     fn is_open(&self) -> bool {
         let mut probe = [0u8; 1];
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// Writes the request head (with a small body behind it), then `body` if there is one.
+    /// `Ok(false)` when the server started answering, or closed, before the whole body was
+    /// written: the writing stops there and the connection cannot be reused.
+    async fn send_request(&mut self, head: &[u8], body: Option<&[u8]>) -> std::io::Result<bool> {
+        self.stream.write_all(head).await?;
+        let Some(mut rest) = body else {
+            return Ok(true);
+        };
+        let (stream, buf) = (&self.stream, &mut self.buf);
+        while !rest.is_empty() {
+            tokio::select! {
+                biased;
+                ready = stream.readable() => {
+                    ready?;
+                    if buf.capacity() - buf.len() < READ_AHEAD {
+                        buf.reserve(BUFFER);
+                    }
+                    match stream.try_read_buf(buf) {
+                        // Bytes of a reply, or the end of the stream.
+                        Ok(_) => return Ok(false),
+                        // A stale readiness (left from the last reply): keep writing.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                ready = stream.writable() => {
+                    ready?;
+                    match stream.try_write(rest) {
+                        Ok(n) => rest = &rest[n..],
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Reads more bytes into the buffer; `Err` at the end of the stream.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use geofaas_config::TinyfaasBackend;
 use geofaas_functions::tinyfaas::TinyfaasAdapter;
-use geofaas_functions::{FunctionBackend, InvokeError};
+use geofaas_functions::{FunctionBackend, Invocation, InvokeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -35,6 +35,12 @@ enum Behaviour {
     UntilClose,
     /// Something that is not HTTP.
     Garbage,
+    /// `404` as soon as the request head is in, without reading the body, then the connection
+    /// is closed (what Go's net/http does for an unread body too large to drain).
+    EarlyNotFoundThenClose,
+    /// `404` as soon as the request head is in; the body is never read and the connection
+    /// stays open.
+    EarlyNotFoundKeepOpen,
 }
 
 struct Server {
@@ -95,6 +101,22 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u
 
 async fn serve(mut stream: TcpStream, behaviour: Behaviour, requests: Arc<AtomicUsize>) {
     let mut buf = Vec::new();
+    if let Behaviour::EarlyNotFoundThenClose | Behaviour::EarlyNotFoundKeepOpen = behaviour {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        requests.fetch_add(1, Ordering::SeqCst);
+        let reply = b"HTTP/1.1 404 Not Found\r\nContent-Length: 10\r\n\r\nno such fn";
+        let _ = stream.write_all(reply).await;
+        if let Behaviour::EarlyNotFoundKeepOpen = behaviour {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        return;
+    }
     while let Some(body) = read_request(&mut stream, &mut buf).await {
         requests.fetch_add(1, Ordering::SeqCst);
         let mut reply = match behaviour {
@@ -140,6 +162,7 @@ async fn serve(mut stream: TcpStream, behaviour: Behaviour, requests: Arc<Atomic
                 let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n").await;
                 return;
             }
+            Behaviour::EarlyNotFoundThenClose | Behaviour::EarlyNotFoundKeepOpen => unreachable!(),
             Behaviour::CutShort => {
                 let _ = stream
                     .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
@@ -275,6 +298,39 @@ async fn a_reply_cut_short_is_a_network_error_and_the_call_is_not_sent_again() {
     let err = echo(&a, "once").await.unwrap_err();
     assert!(matches!(err, InvokeError::Network(_)), "{err:?}");
     assert!(err.is_retryable());
+    assert_eq!(s.requests.load(Ordering::SeqCst), 1);
+}
+
+/// A body large enough that the kernel's socket buffers cannot take it all before the server's
+/// answer arrives.
+const LARGE: usize = 8 << 20;
+
+#[tokio::test]
+async fn an_answer_before_the_body_is_read_is_the_answer_when_the_server_then_closes() {
+    let s = server(Behaviour::EarlyNotFoundThenClose).await;
+    let a = adapter(s.port);
+    let big = Invocation::new("echo", vec![b'x'; LARGE], Duration::from_secs(5));
+    let err = a.invoke(big).await.unwrap_err();
+    assert!(matches!(err, InvokeError::UnknownFunction(_)), "{err:?}");
+    // The next call is not sent on that connection.
+    let err = echo(&a, "small").await.unwrap_err();
+    assert!(matches!(err, InvokeError::UnknownFunction(_)), "{err:?}");
+    assert_eq!(s.connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_answer_before_the_body_is_read_stops_the_writing() {
+    let s = server(Behaviour::EarlyNotFoundKeepOpen).await;
+    let a = adapter(s.port);
+    let big = Invocation::new("echo", vec![b'x'; LARGE], Duration::from_secs(10));
+    let started = std::time::Instant::now();
+    let err = a.invoke(big).await.unwrap_err();
+    // Not a timeout: the answer came while the body could not be written any further.
+    assert!(
+        matches!(err, InvokeError::UnknownFunction(_)),
+        "{err:?} after {:?}",
+        started.elapsed()
+    );
     assert_eq!(s.requests.load(Ordering::SeqCst), 1);
 }
 
