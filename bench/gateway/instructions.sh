@@ -3,11 +3,13 @@
 # unlike requests per second, does not move with other load on the machine. Starts the same stack
 # as run.sh (origin, gateway under valgrind, nginx), warms up, then counts the instructions the
 # gateway executes for $N calls over HTTP/1.1 (h2load --h1, 32 connections) and for $N over h2
-# (4 connections x 8 streams).
+# (4 connections x 8 streams), each with its connections' TLS handshakes, and in steady state
+# (2N calls less N calls: the handshakes cancel out).
 #
 # Needs: valgrind, h2load, and what run.sh needs.
 # Usage: bench/gateway/instructions.sh [BINARY]      (env: N=3000, PRELOAD=lib.so for LD_PRELOAD,
-#        KEEP=dir to keep the callgrind outputs, cg.out.1 = h1 and cg.out.2 = h2, for callgrind_annotate)
+#        KEEP=dir to keep the callgrind outputs for callgrind_annotate: cg.out.1 and .2 = h1 N and 2N
+#        calls, cg.out.3 and .4 = h2)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,17 +29,22 @@ h1=(h2load --h1 -t1 -c32 -d "\$WORK/body.txt")
 h2=(h2load -t1 -c4 -m8 -d "\$WORK/body.txt")
 "\${h1[@]}" -n 500 "\$GW_URL" > /dev/null
 "\${h2[@]}" -n 500 "\$GW_URL" > /dev/null
-callgrind_control --zero "\$GW_PID" > /dev/null 2>&1
-"\${h1[@]}" -n $N "\$GW_URL" | grep -q "$N succeeded"
-callgrind_control --dump=h1 "\$GW_PID" > /dev/null 2>&1
-callgrind_control --zero "\$GW_PID" > /dev/null 2>&1
-"\${h2[@]}" -n $N "\$GW_URL" | grep -q "$N succeeded"
-callgrind_control --dump=h2 "\$GW_PID" > /dev/null 2>&1
+# Each protocol twice, N then 2N calls on fresh connections: the difference is N calls without
+# the connections' TLS handshakes (steady state); the first is the figure of earlier tables.
+for proto in h1 h2; do
+  for n in $N $((2 * N)); do
+    callgrind_control --zero "\$GW_PID" > /dev/null 2>&1
+    if [[ \$proto == h1 ]]; then "\${h1[@]}" -n \$n "\$GW_URL"; else "\${h2[@]}" -n \$n "\$GW_URL"; fi | grep -q "\$n succeeded"
+    callgrind_control --dump=\$proto-\$n "\$GW_PID" > /dev/null 2>&1
+  done
+done
 sleep 1
 LOAD
 NO_BUILD=1 BIN="$OUT/wrap.sh" HOLD_CMD="bash $OUT/load.sh" "$HERE/run.sh" > /dev/null
-for part in 1 2; do
-  total=$(callgrind_annotate "$OUT/cg.out.$part" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
-  proto=$([[ $part == 1 ]] && echo h1 || echo h2)
-  echo "$proto: $total instructions for $N calls, $(( total / N )) per call"
+count() { callgrind_annotate "$OUT/cg.out.$1" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}'; }
+for proto in h1 h2; do
+  first=$([[ $proto == h1 ]] && echo 1 || echo 3)
+  once=$(count "$first")
+  twice=$(count "$((first + 1))")
+  echo "$proto: $once instructions for $N calls, $(( once / N )) per call; steady state (without handshakes): $(( (twice - once) / N )) per call"
 done

@@ -554,28 +554,21 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
 }
 
 /// Appends `d` in milliseconds with three decimals (`12.345`), as `{:.3}` would print it, with
-/// integer arithmetic: float formatting was the costliest part of building a response.
+/// integer arithmetic: float formatting was the costliest part of building a response. In `u64`
+/// (584 years of nanoseconds): `Duration::as_nanos` is a `u128`, whose divisions are library calls.
 fn push_ms(out: &mut String, d: Duration) {
-    let micros = (d.as_nanos() + 500) / 1000;
-    let (ms, frac) = (micros / 1000, (micros % 1000) as u32);
-    let mut digits = [0u8; 40];
-    let mut at = digits.len();
-    let mut rest = ms;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for &b in &digits[at..] {
-        out.push(char::from(b));
-    }
-    out.push('.');
-    for div in [100, 10, 1] {
-        out.push(char::from(b'0' + (frac / div % 10) as u8));
-    }
+    let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let micros = nanos / 1000 + u64::from(nanos % 1000 >= 500);
+    let (ms, frac) = (micros / 1000, micros % 1000);
+    out.push_str(itoa::Buffer::new().format(ms));
+    let frac = [
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ];
+    // ASCII digits and a dot.
+    out.push_str(std::str::from_utf8(&frac).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -596,5 +589,9 @@ mod tests {
             assert_eq!(s, want);
             assert_eq!(s, format!("{:.3}", d.as_secs_f64() * 1000.0));
         }
+        // Beyond u64 nanoseconds: clamped, not a panic.
+        let mut s = String::new();
+        push_ms(&mut s, Duration::MAX);
+        assert_eq!(s, "18446744073709.552");
     }
 }
