@@ -1,5 +1,8 @@
-//! Shared call records: the answer of an `Idempotency-Key` call, written to etcd under its own
-//! lease (the record's TTL) so that a retry at another node finds it. A node writes a record
+//! Shared call records: the answer of an `Idempotency-Key` call, written to etcd under a lease so
+//! that a retry at another node finds it and etcd deletes it after its TTL. The records written
+//! in one window of `call_record_ttl_s / 10` seconds (1 to 60) share a lease granted for the TTL
+//! plus the window: each record lives at least `call_record_ttl_s` and at most one window
+//! longer, and a keyed call costs etcd one request (the put) instead of two. A node writes a record
 //! before it answers, waiting at most `registry.call_record_wait_ms`; past that (etcd slow) or
 //! while the registry watch is down (etcd unreachable) the answer goes out at once, the record
 //! stays on the node and the write, if started, finishes in the background. Lookups read the
@@ -7,8 +10,8 @@
 //! ([`CallRecords::fetch`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 
@@ -21,12 +24,53 @@ pub struct CallRecords {
     prefix: String,
     known: moka::sync::Cache<String, Arc<Vec<u8>>>,
     max_bytes: usize,
-    ttl_s: u64,
     wait: Duration,
     /// Whether the registry watch is following etcd (false: etcd is not answering).
     pub(crate) connected: Arc<AtomicBool>,
     /// Whether the last write failed or was late (to log a run of failures once).
     failing: AtomicBool,
+    leases: Arc<Leases>,
+}
+
+/// The lease the records of the current window are attached to.
+#[derive(Debug)]
+struct Leases {
+    ttl_s: u64,
+    window: Duration,
+    /// The lease and the end of its window.
+    current: Mutex<Option<(i64, Instant)>>,
+}
+
+impl Leases {
+    fn new(ttl_s: u64) -> Self {
+        Self {
+            ttl_s,
+            window: Duration::from_secs((ttl_s / 10).clamp(1, 60)),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The lease of this window, granted (for the TTL plus the window) when there is none yet.
+    /// Two writers that find none at the same moment both grant one; the later is kept.
+    async fn current(&self, etcd: &Etcd) -> Result<i64, crate::FleetError> {
+        let now = Instant::now();
+        if let Some((id, until)) = *self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+            if now < until {
+                return Ok(id);
+            }
+        }
+        let (id, _) = etcd.grant(self.ttl_s + self.window.as_secs()).await?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, now + self.window));
+        Ok(id)
+    }
+
+    /// Drops lease `id` as the current one (etcd no longer has it).
+    fn forget(&self, id: i64) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*current, Some((held, _)) if held == id) {
+            *current = None;
+        }
+    }
 }
 
 /// What became of a record handed to [`CallRecords::put`].
@@ -58,10 +102,10 @@ impl CallRecords {
                 .time_to_live(Duration::from_secs(ttl_s.max(1)))
                 .build(),
             max_bytes: settings.call_record_max_bytes,
-            ttl_s,
             wait: Duration::from_millis(settings.call_record_wait_ms.max(1)),
             connected: Arc::new(AtomicBool::new(false)),
             failing: AtomicBool::new(false),
+            leases: Arc::new(Leases::new(ttl_s)),
         }
     }
 
@@ -107,20 +151,30 @@ impl CallRecords {
             return Shared::TooLarge;
         }
         let name = encode(key);
-        self.known.insert(name.clone(), Arc::new(record.clone()));
+        let record = Arc::new(record);
+        self.known.insert(name.clone(), record.clone());
         if !self.connected.load(Ordering::Relaxed) {
             self.failed("etcd is not answering the registry watch");
             return Shared::Local;
         }
-        let (etcd, full, ttl) = (
+        let (etcd, full, leases) = (
             self.etcd.clone(),
-            format!("{}{name}", self.prefix),
-            self.ttl_s,
+            format!("{}{name}", self.prefix).into_bytes(),
+            self.leases.clone(),
         );
         // Spawned, so that a write past the wait still lands (bounded by the request timeout).
         let write = tokio::spawn(async move {
-            let (lease, _) = etcd.grant(ttl).await?;
-            etcd.put(full.into_bytes(), record, lease).await
+            let lease = leases.current(&etcd).await?;
+            match etcd.put(full.clone(), record.to_vec(), lease).await {
+                // The window's lease is gone (revoked, or an etcd restored without it): once
+                // more, on a new one.
+                Err(crate::FleetError::Etcd(e)) if e.contains("lease not found") => {
+                    leases.forget(lease);
+                    let lease = leases.current(&etcd).await?;
+                    etcd.put(full, record.to_vec(), lease).await
+                }
+                done => done,
+            }
         });
         match tokio::time::timeout(self.wait, write).await {
             Ok(Ok(Ok(()))) => {

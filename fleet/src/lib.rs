@@ -9,7 +9,8 @@
 //!
 //! - `nodes/<id>`: a [`NodeRecord`], under the node's lease;
 //! - `load/<id>`: its latest [`LoadReport`], under the same lease;
-//! - `calls/<key>`: a shared `Idempotency-Key` answer, under a lease of its own (its TTL).
+//! - `calls/<key>`: a shared `Idempotency-Key` answer, under a lease shared by the records of one
+//!   window (`calls.rs`).
 //!
 //! The etcd client is generated from `proto/etcd.proto` at build time with a vendored protoc
 //! ([`etcd`]).

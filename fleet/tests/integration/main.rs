@@ -184,6 +184,51 @@ async fn call_records_are_shared_and_a_dead_etcd_leaves_the_last_view() {
     assert!(writer.calls().get("echo\nkey-2").is_some(), "kept here");
 }
 
+/// The records of one window share a lease granted for the TTL plus the window (one etcd request
+/// per keyed call instead of two); a record put after that lease was revoked gets a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_records_of_a_window_share_one_lease_and_a_lost_lease_is_replaced() {
+    let Some(etcd) = require(EtcdServer::start().await) else {
+        return;
+    };
+    let t = Arc::new(berlin());
+    let mut s = settings(&etcd);
+    s.call_record_ttl_s = 600; // a window of 60 s: the puts below all fall in the first one
+    let writer = Fleet::start(&s).unwrap();
+    let _a = writer.join(record(&t, "tu-berlin"), t.clone(), Arc::new(Idle));
+    assert!(eventually(Duration::from_secs(5), || writer.is_following()).await);
+    for n in 0..4 {
+        let key = format!("echo\nkey-{n}");
+        assert_eq!(
+            writer.calls().put(&key, b"x".to_vec()).await,
+            Shared::Written
+        );
+    }
+    let client = geofaas_fleet::Etcd::connect(&s).unwrap();
+    let leases = || async {
+        let (kvs, _) = client.range_prefix(b"/geofaas/calls/").await.unwrap();
+        kvs.iter().map(|kv| kv.lease).collect::<Vec<_>>()
+    };
+    let before = leases().await;
+    assert_eq!(before.len(), 4);
+    assert!(
+        before.iter().all(|&l| l != 0 && l == before[0]),
+        "{before:?}"
+    );
+    let (_, granted) = client.time_to_live(before[0]).await.unwrap().unwrap();
+    assert_eq!(granted, 660, "the TTL plus the window");
+
+    // The lease is revoked (its records go with it): the next record is written on a new one.
+    client.revoke(before[0]).await.unwrap();
+    assert!(leases().await.is_empty());
+    let put = writer.calls().put("echo\nafter", b"y".to_vec());
+    assert_eq!(put.await, Shared::Written);
+    let after = leases().await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(after[0], before[0]);
+    assert!(client.time_to_live(after[0]).await.unwrap().is_some());
+}
+
 /// Two nodes claiming the same hexagon join at the same moment, each through its own client:
 /// the check and the put are one transaction, so exactly one gets in and the other is refused
 /// with the reason and keeps checking (it stays out). Five rounds, each under its own prefix.
