@@ -27,6 +27,11 @@ pub const PLACEMENT: &str = "x-placement";
 pub const PLACEMENT_REASON: &str = "x-placement-reason";
 /// Response: route, queue, cold and exec durations in milliseconds.
 pub const SERVER_TIMING: &str = "server-timing";
+/// Response: the deployed version of the function that answered (`geofaas deploy`).
+pub const FUNCTION_VERSION: &str = "x-function-version";
+/// Request: a caller's stable id; during a percentage rollout it keeps the caller on one
+/// version (else its API key or address does).
+pub const CLIENT_ID: &str = "x-client-id";
 
 /// Request headers that never reach a function: hop-by-hop and framing headers, credentials,
 /// and the platform's own control headers (`prefer` decides async handling at the gateway; an

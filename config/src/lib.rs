@@ -9,6 +9,7 @@
 
 pub mod area;
 pub mod backend;
+pub mod deploy;
 mod error;
 pub mod fleet;
 pub mod function;
@@ -21,6 +22,7 @@ mod topology;
 
 pub use area::{Area, AreaConfig};
 pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
+pub use deploy::DeploySettings;
 pub use error::{ConfigError, ShapeError};
 pub use fleet::{RegistrySettings, RegistryTls};
 pub use function::FunctionConfig;

@@ -48,6 +48,9 @@ pub struct Topology {
     /// Which placement policy an edge gateway asks before running a call.
     #[serde(default)]
     pub scheduler: SchedulerSettings,
+    /// Limits and retention of deployed functions (`[deploy]`).
+    #[serde(default)]
+    pub deploy: crate::DeploySettings,
     /// The etcd registry of a fleet (`[registry]`); without it the file is the whole deployment.
     /// Default none.
     #[serde(default)]
@@ -431,6 +434,7 @@ impl Topology {
         self.auth
             .check()
             .and_then(|()| self.limits.check())
+            .and_then(|()| self.deploy.check())
             .and_then(|()| self.registry.as_ref().map_or(Ok(()), |r| r.check()))
             .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())

@@ -214,6 +214,10 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {
+        // The embedded runtime's list is in memory and changes with each deploy: no cache.
+        if self.inner.local().is_some() {
+            return self.inner.list().await;
+        }
         Ok(self
             .catalog
             .get(|| self.inner.list())
@@ -223,6 +227,9 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn serves(&self, function: &str) -> bool {
+        if let Some(local) = self.inner.local() {
+            return local.serving(function).is_some();
+        }
         self.catalog
             .get(|| self.inner.list())
             .await
@@ -231,6 +238,10 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
 
     fn stats(&self, function: &str) -> Option<crate::PoolStats> {
         self.inner.stats(function)
+    }
+
+    fn local(&self) -> Option<&crate::LocalRuntime> {
+        self.inner.local()
     }
 
     async fn health(&self) -> Health {

@@ -61,6 +61,9 @@ pub struct Invocation {
     pub deadline: Instant,
     /// Warm-or-new decision from the scheduler.
     pub container: ContainerChoice,
+    /// A stable hash of who calls (API key, client id or address): during a percentage
+    /// rollout the same caller always gets the same version.
+    pub caller: u64,
 }
 
 impl Invocation {
@@ -72,6 +75,7 @@ impl Invocation {
             headers: HeaderMap::new(),
             deadline: Instant::now() + timeout,
             container: ContainerChoice::Any,
+            caller: 0,
         }
     }
 
@@ -94,6 +98,8 @@ pub struct InvokeOutput {
     pub cold: Duration,
     /// Time spent executing the function (including the backend's transport when it cannot be split).
     pub exec: Duration,
+    /// The deployed version that ran (`X-Function-Version`), where the backend knows it.
+    pub version: Option<std::sync::Arc<str>>,
 }
 
 /// Health of a backend as its probe sees it.
@@ -135,6 +141,11 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
     /// where the backend cannot tell (remote platforms).
     fn stats(&self, function: &str) -> Option<PoolStats> {
         let _ = function;
+        None
+    }
+
+    /// The embedded runtime behind this backend, where it is one (deploys install into it).
+    fn local(&self) -> Option<&LocalRuntime> {
         None
     }
 }

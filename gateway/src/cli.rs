@@ -36,6 +36,13 @@ pub enum Command {
     Fleet(crate::fleet_cli::FleetArgs),
     /// Reproduce the paper's experiments (mobility, highload, outage) against a topology.
     Loadtest(geofaas_loadtest::cli::LoadtestArgs),
+    /// Deploy a function folder (tinyFaaS format) to every node, as a new version.
+    Deploy(crate::deploy_cli::DeployArgs),
+    /// Switch a function back to an earlier version on every node.
+    Rollback(crate::deploy_cli::RollbackArgs),
+    /// List or remove deployed functions.
+    #[command(subcommand)]
+    Functions(crate::deploy_cli::FunctionsCommand),
 }
 
 /// Arguments of `geofaas node`.
@@ -47,6 +54,10 @@ pub struct NodeArgs {
     /// Id of the node to run, as in the topology.
     #[arg(long, short)]
     pub node: String,
+    /// Folder of the node's own state: deployed functions are kept under
+    /// `STATE_DIR/nodes/NODE` and survive a restart.
+    #[arg(long, default_value = ".geofaas")]
+    pub state_dir: PathBuf,
 }
 
 /// Runs the parsed command.
@@ -64,6 +75,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Loadtest(args) => geofaas_loadtest::cli::run(args).await,
         Command::Fleet(args) => crate::fleet_cli::run(args).await,
+        Command::Deploy(args) => crate::deploy_cli::deploy(args).await,
+        Command::Rollback(args) => crate::deploy_cli::rollback(args).await,
+        Command::Functions(cmd) => crate::deploy_cli::functions(cmd).await,
     }
 }
 
@@ -117,6 +131,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         probe_peers: true,
         metrics: crate::up::install_metrics(),
         fleet,
+        state_dir: Some(crate::up::node_state_dir(&args.state_dir, &node.id)),
     };
     let listener = tokio::net::TcpListener::bind(node.listen)
         .await

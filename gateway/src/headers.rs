@@ -37,6 +37,10 @@ pub mod name {
     pub const PLACEMENT_REASON: HeaderName = HeaderName::from_static(h::PLACEMENT_REASON);
     /// [`h::SERVER_TIMING`].
     pub const SERVER_TIMING: HeaderName = HeaderName::from_static(h::SERVER_TIMING);
+    /// See [`h::FUNCTION_VERSION`].
+    pub const FUNCTION_VERSION: HeaderName = HeaderName::from_static(h::FUNCTION_VERSION);
+    /// See [`h::CLIENT_ID`].
+    pub const CLIENT_ID: HeaderName = HeaderName::from_static(h::CLIENT_ID);
 }
 
 /// Limits on a request's header section, in bytes.

@@ -31,7 +31,9 @@ use geofaas_functions::{
 };
 
 use crate::error::ApiError;
-use crate::headers::name::{COLD_START, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING};
+use crate::headers::name::{
+    COLD_START, FUNCTION_VERSION, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING,
+};
 use crate::node::NodeState;
 use crate::schedule::{LocalState, Placement};
 
@@ -58,6 +60,8 @@ pub struct Call {
     pub request_id: HeaderValue,
     /// Signed by another node that forwarded it here: it runs here or fails, never goes on.
     pub forwarded: bool,
+    /// A stable hash of the caller (percentage rollouts keep a caller on one version).
+    pub caller: u64,
 }
 
 /// Why an edge sent a call to the cloud.
@@ -483,6 +487,7 @@ async fn try_backends(
             headers: call.headers.clone(),
             deadline,
             container,
+            caller: call.caller,
         };
         let started = Instant::now();
         let result = backend.invoke(inv).await;
@@ -540,7 +545,7 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
     let mut resp = Response::new(Body::from(out.body));
     let h = resp.headers_mut();
     // Room for these, the placement headers and the request id: the map does not grow.
-    h.reserve(12);
+    h.reserve(13);
     h.insert(header::CONTENT_TYPE, content_type);
     h.insert(SERVED_BY, state.id_header.clone());
     h.insert(
@@ -549,6 +554,9 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
     );
     if let Ok(v) = HeaderValue::try_from(timing) {
         h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
+    }
+    if let Some(v) = out.version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        h.insert(FUNCTION_VERSION, v);
     }
     resp
 }

@@ -19,6 +19,8 @@ pub mod auth;
 pub mod body;
 pub mod bundle;
 pub mod cli;
+pub mod deploy;
+pub mod deploy_cli;
 pub mod directory;
 pub mod error;
 pub mod fleet;

@@ -36,6 +36,9 @@ pub struct NodeOptions {
     /// The fleet registry (`[registry]`): answers of keyed calls are shared through it, and
     /// [`crate::run_node`] registers the node and follows the other nodes.
     pub fleet: Option<Arc<geofaas_fleet::Fleet>>,
+    /// The node's own state folder, where deployed functions are kept (`geofaas deploy`);
+    /// without one the node takes no deploys.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// The shared state of one gateway node.
@@ -80,6 +83,8 @@ pub struct NodeState {
     pub activations: Arc<crate::activations::Activations>,
     /// The other nodes' latest load reports (kept across reloads).
     pub loads: Arc<crate::loads::LoadBoard>,
+    /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
+    pub deploys: Option<Arc<crate::deploy::Deployer>>,
     /// HTTPS client for node-to-node requests other than calls (load reports); with an
     /// offload secret only.
     peer_client: Option<reqwest::Client>,
@@ -170,6 +175,20 @@ impl NodeState {
         } else {
             None
         };
+        let deploys = match (before, &opts.state_dir) {
+            (Some(b), _) if b.deploys.is_some() => b.deploys.clone(),
+            (_, Some(dir)) => Some(Arc::new(
+                crate::deploy::Deployer::open(dir, topology.deploy.clone()).map_err(|e| {
+                    anyhow::anyhow!("cannot open the state folder {}: {e}", dir.display())
+                })?,
+            )),
+            _ => None,
+        };
+        if let Some(d) = &deploys {
+            for local in backends.iter().filter_map(|b| b.local()) {
+                d.restore(local);
+            }
+        }
         let access = Access::new(&topology.auth);
         if access.is_open() && before.is_none_or(|b| !b.access.is_open()) {
             tracing::warn!(
@@ -214,6 +233,7 @@ impl NodeState {
             ),
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
             loads,
+            deploys,
             peer_client,
             opts,
             topology,

@@ -65,6 +65,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/registry", get(registry))
         .route("/metrics", get(metrics))
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
+        .merge(crate::deploy::admin::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -258,6 +259,7 @@ async fn handle_call(
         route_time,
         request_id,
         forwarded: signed,
+        caller: caller_hash(&parts.headers, caller.key_id(), client),
     };
     if crate::activations::wants_async(&parts.headers) {
         let owner = caller.key_id().map(str::to_owned);
@@ -273,6 +275,20 @@ async fn handle_call(
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
     }
+}
+
+/// Who calls, as a stable hash for percentage rollouts: the client's `X-Client-Id`, else its
+/// API key, else its address.
+fn caller_hash(headers: &HeaderMap, key: Option<&str>, client: Option<SocketAddr>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = fnv::FnvHasher::default();
+    match (headers.get(crate::headers::name::CLIENT_ID), key, client) {
+        (Some(id), _, _) => id.as_bytes().hash(&mut h),
+        (None, Some(key), _) => key.hash(&mut h),
+        (None, None, Some(addr)) => addr.ip().hash(&mut h),
+        (None, None, None) => {}
+    }
+    h.finish()
 }
 
 /// No route: `/fn/a/b` is a bad function name (it never contains a slash), the rest a `404`.

@@ -79,6 +79,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         probe_peers: true,
         metrics: install_metrics(),
         fleet: None,
+        state_dir: None,
     };
     let mut nodes = Vec::new();
     for node in &topology.nodes {
@@ -91,12 +92,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 )
             })?;
         let backends = crate::build_backends(&topology, &node.id)?;
-        let state = Arc::new(NodeState::new(
-            topology.clone(),
-            &node.id,
-            backends,
-            opts.clone(),
-        )?);
+        let opts = NodeOptions {
+            state_dir: Some(node_state_dir(&args.state_dir, &node.id)),
+            ..opts.clone()
+        };
+        let state = Arc::new(NodeState::new(topology.clone(), &node.id, backends, opts)?);
         nodes.push(NodeHandle::spawn(state, listener, &tls)?);
     }
     let dns_stop = CancellationToken::new();
@@ -122,8 +122,21 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                 .await
         }))
     };
+    let running = RunningDemo {
+        ca: std::path::absolute(&ca_path)?,
+        nodes: topology
+            .nodes
+            .iter()
+            .map(|n| RunningNode {
+                id: n.id.clone(),
+                url: n.public_url.to_string(),
+            })
+            .collect(),
+    };
+    running.write(&args.state_dir)?;
     print_banner(&topology, &config, &args, &places, dns_task.is_some());
     crate::cli::shutdown_signal().await;
+    RunningDemo::clear(&args.state_dir);
     dns_stop.cancel();
     if let Some(task) = dns_task {
         task.await??;
@@ -132,6 +145,58 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         result?;
     }
     Ok(())
+}
+
+/// The state folder of node `id` under a state dir (`<dir>/nodes/<id>`): its deployed functions.
+pub fn node_state_dir(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join("nodes").join(id)
+}
+
+/// What `geofaas up` writes to `<state dir>/up.json` while it runs, so `geofaas deploy` and
+/// `geofaas functions` find its nodes from the same folder without flags.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RunningDemo {
+    /// The CA that signed the gateways' certificate.
+    pub ca: PathBuf,
+    /// Every node and its URL.
+    pub nodes: Vec<RunningNode>,
+}
+
+/// One node of a running demo.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RunningNode {
+    /// Node id.
+    pub id: String,
+    /// Its public URL.
+    pub url: String,
+}
+
+impl RunningDemo {
+    const FILE: &'static str = "up.json";
+
+    /// Writes it under `state_dir`.
+    pub fn write(&self, state_dir: &Path) -> anyhow::Result<()> {
+        let path = state_dir.join(Self::FILE);
+        std::fs::write(&path, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Reads it from `state_dir`: `None` when no `geofaas up` runs from there.
+    pub fn read(state_dir: &Path) -> anyhow::Result<Option<Self>> {
+        let path = state_dir.join(Self::FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).with_context(|| {
+                format!("{} is not what `geofaas up` writes", path.display())
+            })?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Removes it (on stop).
+    pub fn clear(state_dir: &Path) {
+        let _ = std::fs::remove_file(state_dir.join(Self::FILE));
+    }
 }
 
 /// Every host name and IP the gateways are reached at, for the certificate's SANs.

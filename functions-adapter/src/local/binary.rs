@@ -29,9 +29,21 @@ pub(crate) async fn run(spec: &FunctionSpec, launch: &Launch, body: &[u8]) -> Ca
         .unwrap_or(false);
     let sh = std::ffi::OsStr::new("/bin/sh");
     let mut cmd = if executable {
-        proc::command(script.as_os_str(), &[], &spec.dir, launch.memory_limit_mb)
+        proc::command(
+            script.as_os_str(),
+            &[],
+            &spec.dir,
+            &spec.env,
+            launch.memory_limit_mb,
+        )
     } else {
-        proc::command(sh, &[script.as_os_str()], &spec.dir, launch.memory_limit_mb)
+        proc::command(
+            sh,
+            &[script.as_os_str()],
+            &spec.dir,
+            &spec.env,
+            launch.memory_limit_mb,
+        )
     };
     let fail = |result| CallResult {
         result: Err(result),

@@ -40,6 +40,14 @@ pub enum LocalError {
     /// The worker bootstrap scripts could not be written to a temporary folder.
     #[error("cannot write worker bootstrap scripts: {0}")]
     Bootstrap(#[source] std::io::Error),
+    /// A new version could not start an instance (its import failed, no interpreter, ...).
+    #[error("function {name:?} cannot start: {reason}")]
+    Start {
+        /// The function.
+        name: String,
+        /// Why no instance started.
+        reason: String,
+    },
     /// The runtime was created outside a tokio runtime (its keep-alive reaper needs one).
     #[error("LocalRuntime::new must be called inside a tokio runtime")]
     NoTokioRuntime,

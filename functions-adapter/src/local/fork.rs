@@ -89,7 +89,7 @@ struct Running {
 impl ForkServer {
     /// A fork server for `spec` whose instances connect to a socket under `dir`.
     pub(crate) fn new(spec: Arc<FunctionSpec>, launch: Arc<Launch>, dir: &std::path::Path) -> Self {
-        let socket = dir.join(format!("{}.fork.sock", spec.name));
+        let socket = dir.join(format!("{}.fork.sock", spec.instance_name()));
         Self {
             spec,
             launch,

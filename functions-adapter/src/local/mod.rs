@@ -36,6 +36,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use deadpool::managed::{Object, PoolError};
 use geofaas_config::LocalBackend;
@@ -44,7 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use error::LocalError;
-pub use spec::{FunctionSpec, Runtime};
+pub use spec::{load as load_function, FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
 use pool::{GetContext, WorkerManager, WorkerPool, GET_CONTEXT};
@@ -78,7 +79,15 @@ pub struct LocalRuntime {
 
 #[derive(Debug)]
 struct Inner {
-    functions: HashMap<String, WorkerPool>,
+    /// The functions served, each with its live version (and a rollout's second one). Swapped
+    /// whole when a version is activated or removed; a call holds the version it started on.
+    functions: ArcSwap<HashMap<String, Entry>>,
+    /// Serialises changes of `functions` (readers never wait).
+    changes: std::sync::Mutex<()>,
+    launch: Arc<Launch>,
+    keep_alive: Duration,
+    max_instances: usize,
+    node_spares: usize,
     /// Notified whenever a call has given its instance back (or lost it), so calls that must
     /// reuse one ([`ContainerChoice::Reuse`]) wait for it instead of starting another.
     returned: tokio::sync::Notify,
@@ -86,7 +95,89 @@ struct Inner {
     stop: CancellationToken,
     /// Holds the bootstrap scripts; deleted when the runtime goes away (or by the next runtime
     /// to start, when this one was killed).
-    _scripts: scratch::Scratch,
+    scripts: scratch::Scratch,
+}
+
+/// What a function name serves: its live version and, during a rollout, a second version that
+/// takes a stable share of the callers.
+#[derive(Clone, Debug)]
+struct Entry {
+    live: Arc<Loaded>,
+    rollout: Option<(Arc<Loaded>, u8)>,
+}
+
+impl Entry {
+    /// The version a caller gets: the rollout's when the caller's bucket (0-99, from its hash)
+    /// is below its percentage.
+    fn pick(&self, caller: u64) -> &Arc<Loaded> {
+        match &self.rollout {
+            Some((next, percent)) if rollout_bucket(caller) < *percent => next,
+            _ => &self.live,
+        }
+    }
+
+    fn versions(&self) -> impl Iterator<Item = &Arc<Loaded>> {
+        std::iter::once(&self.live).chain(self.rollout.iter().map(|(v, _)| v))
+    }
+}
+
+/// The bucket (0-99) of a caller for percentage rollouts; the same caller always gets the
+/// same bucket.
+pub fn rollout_bucket(caller: u64) -> u8 {
+    // A fixed mix (splitmix64's finaliser), so neighbouring hashes spread over the buckets.
+    let mut z = caller.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % 100) as u8
+}
+
+/// One version of a function with its pool of instances. Dropped once no entry and no call
+/// holds it any more: its instances, fork server and spares are stopped then.
+#[derive(Debug)]
+struct Loaded {
+    pool: WorkerPool,
+}
+
+impl Loaded {
+    fn spec(&self) -> &Arc<FunctionSpec> {
+        &self.pool.manager().spec
+    }
+
+    fn stop(&self) {
+        self.pool.close();
+        self.pool.retain(|_, _| false);
+        if let InstanceSource::Spares(spares) = &self.pool.manager().source {
+            spares.clear();
+        }
+    }
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        tracing::debug!(function = %self.spec().name, version = ?self.spec().version, "version retired");
+        self.stop();
+    }
+}
+
+/// A version of a function started and ready to be activated ([`LocalRuntime::prepare`]).
+#[derive(Clone, Debug)]
+pub struct Prepared(Arc<Loaded>);
+
+impl Prepared {
+    /// The version's spec.
+    pub fn spec(&self) -> &FunctionSpec {
+        self.0.spec()
+    }
+}
+
+/// The versions a function serves now, as [`LocalRuntime::serving`] reports them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Serving {
+    /// The live version's id (`None` for a folder of `functions_dir`).
+    pub live: Option<Arc<str>>,
+    /// A rollout's version and the percentage of callers it takes.
+    pub rollout: Option<(Option<Arc<str>>, u8)>,
 }
 
 impl LocalRuntime {
@@ -110,88 +201,214 @@ impl LocalRuntime {
         });
         let keep_alive = Duration::from_secs(cfg.keep_alive_s);
         let stop = CancellationToken::new();
-        let mut functions = HashMap::new();
-        for spec in specs {
-            let spec_arc = Arc::new(spec.clone());
-            let source = match spec.runtime {
-                Runtime::Python3 if launch.fork_server => InstanceSource::Fork(Arc::new(
-                    fork::ForkServer::new(spec_arc.clone(), Arc::clone(&launch), scripts.path()),
-                )),
-                Runtime::Nodejs if cfg.node_spares > 0 => {
-                    InstanceSource::Spares(Arc::new(spare::Spares::new(
-                        spec_arc.clone(),
-                        Arc::clone(&launch),
-                        cfg.node_spares,
-                        Duration::from_millis(cfg.timeout_ms),
-                        stop.clone(),
-                    )))
-                }
-                _ => InstanceSource::Spawn,
-            };
-            let manager = WorkerManager {
-                spec: spec_arc,
-                launch: Arc::clone(&launch),
-                keep_alive,
-                source,
-            };
-            let pool = pool::build(manager, cfg.max_instances).map_err(LocalError::Config)?;
-            tracing::info!(function = %spec.name, runtime = %spec.runtime, dir = %spec.dir.display(), "local function");
-            if spec.runtime == Runtime::Nodejs
-                && (1..NODE_MIN_MEMORY_MB).contains(&cfg.memory_limit_mb)
-            {
-                tracing::warn!(
-                    function = %spec.name,
-                    memory_limit_mb = cfg.memory_limit_mb,
-                    "node reserves about {NODE_MIN_MEMORY_MB} MiB of address space at start; \
-                     with a lower memory_limit_mb its workers will fail to start"
-                );
-            }
-            functions.insert(spec.name, pool);
-        }
         let inner = Arc::new(Inner {
-            functions,
+            functions: ArcSwap::from_pointee(HashMap::new()),
+            changes: std::sync::Mutex::new(()),
+            launch,
+            keep_alive,
+            max_instances: cfg.max_instances,
+            node_spares: cfg.node_spares,
             returned: tokio::sync::Notify::new(),
             timeout: Duration::from_millis(cfg.timeout_ms),
             stop: stop.clone(),
-            _scripts: scripts,
+            scripts,
         });
-        let pools = |inner: &Inner| inner.functions.values().cloned().collect();
+        let runtime = Self { inner };
+        let mut functions = HashMap::new();
+        for spec in specs {
+            tracing::info!(function = %spec.name, runtime = %spec.runtime, dir = %spec.dir.display(), "local function");
+            let name = spec.name.clone();
+            let live = runtime.load(spec)?;
+            functions.insert(
+                name,
+                Entry {
+                    live,
+                    rollout: None,
+                },
+            );
+        }
+        runtime.inner.functions.store(Arc::new(functions));
+        let pools = |inner: &Inner| {
+            let functions = inner.functions.load();
+            let versions = functions.values().flat_map(Entry::versions);
+            versions.map(|v| v.pool.clone()).collect()
+        };
         handle.spawn(pool::reaper(
-            Arc::downgrade(&inner),
+            Arc::downgrade(&runtime.inner),
             pools,
             keep_alive,
             stop,
         ));
-        Ok(Self { inner })
+        Ok(runtime)
     }
 
-    /// The function's folder and runtime, if it is served here.
-    pub fn spec(&self, function: &str) -> Option<&FunctionSpec> {
-        self.inner
-            .functions
-            .get(function)
-            .map(|p| p.manager().spec.as_ref())
+    /// Builds the pool of one version (no instance starts yet).
+    fn load(&self, spec: FunctionSpec) -> Result<Arc<Loaded>, LocalError> {
+        let inner = &self.inner;
+        let launch = &inner.launch;
+        let spec = Arc::new(spec);
+        let source = match spec.runtime {
+            Runtime::Python3 if launch.fork_server => InstanceSource::Fork(Arc::new(
+                fork::ForkServer::new(spec.clone(), Arc::clone(launch), inner.scripts.path()),
+            )),
+            Runtime::Nodejs if inner.node_spares > 0 => {
+                InstanceSource::Spares(Arc::new(spare::Spares::new(
+                    spec.clone(),
+                    Arc::clone(launch),
+                    inner.node_spares,
+                    inner.timeout,
+                    inner.stop.clone(),
+                )))
+            }
+            _ => InstanceSource::Spawn,
+        };
+        if spec.runtime == Runtime::Nodejs
+            && (1..NODE_MIN_MEMORY_MB).contains(&launch.memory_limit_mb)
+        {
+            tracing::warn!(
+                function = %spec.name,
+                memory_limit_mb = launch.memory_limit_mb,
+                "node reserves about {NODE_MIN_MEMORY_MB} MiB of address space at start; \
+                 with a lower memory_limit_mb its workers will fail to start"
+            );
+        }
+        let manager = WorkerManager {
+            spec,
+            launch: Arc::clone(launch),
+            keep_alive: inner.keep_alive,
+            source,
+        };
+        let pool = pool::build(manager, inner.max_instances).map_err(LocalError::Config)?;
+        Ok(Arc::new(Loaded { pool }))
     }
 
-    /// Idle, busy and maximum instances of `function` (`None` if it is not served here); spare
-    /// Node instances ([`Self::spare_pids`]) are not counted until a call takes one.
-    pub fn stats(&self, function: &str) -> Option<PoolStats> {
-        let status = self.inner.functions.get(function)?.status();
-        Some(PoolStats {
-            idle: status.available,
-            busy: status.size.saturating_sub(status.available),
-            max: status.max_size,
+    /// Gets a version of a function ready to take calls: its pool and, with `warm`, one
+    /// instance started (through its fork server or spares) and idle, so the version's first
+    /// call is a warm one. A function that cannot start (no interpreter, an import that fails)
+    /// is an error, and nothing that serves calls changes.
+    pub async fn prepare(&self, spec: FunctionSpec, warm: bool) -> Result<Prepared, LocalError> {
+        let name = spec.name.clone();
+        let loaded = self.load(spec)?;
+        if warm {
+            let started = tokio::time::timeout(self.inner.timeout, loaded.pool.get()).await;
+            let mut worker = match started {
+                Ok(Ok(worker)) => worker,
+                Ok(Err(e)) => {
+                    let reason = pool_error(e, &name).to_string();
+                    return Err(LocalError::Start { name, reason });
+                }
+                Err(_) => {
+                    return Err(LocalError::Start {
+                        name,
+                        reason: format!(
+                            "no instance started within {} ms",
+                            self.inner.timeout.as_millis()
+                        ),
+                    })
+                }
+            };
+            // Warmed: the first call to take it is a warm one, and a spare taken is replaced.
+            if worker.cold.take().is_some() {
+                loaded.pool.manager().source.first_call_done();
+            }
+            worker.idle_since = std::time::Instant::now();
+        }
+        Ok(Prepared(loaded))
+    }
+
+    /// A version of a function loaded without starting anything: its first call starts an
+    /// instance (a node restoring its deployed versions at start).
+    pub fn prepare_cold(&self, spec: FunctionSpec) -> Result<Prepared, LocalError> {
+        self.load(spec).map(Prepared)
+    }
+
+    /// The live version of `function` as it is loaded now.
+    pub fn loaded_live(&self, function: &str) -> Option<Prepared> {
+        let functions = self.inner.functions.load();
+        functions.get(function).map(|e| Prepared(e.live.clone()))
+    }
+
+    /// The loaded version `version` of `function` (live or in a rollout), to activate again
+    /// without starting anything.
+    pub fn loaded(&self, function: &str, version: &str) -> Option<Prepared> {
+        let functions = self.inner.functions.load();
+        let entry = functions.get(function)?;
+        let found = entry
+            .versions()
+            .find(|v| v.spec().version.as_deref() == Some(version));
+        found.map(|v| Prepared(v.clone()))
+    }
+
+    /// Makes `live` the version new calls of its function run on, and `rollout` the version
+    /// a stable `percent` of callers get instead. Calls already running finish on the version
+    /// they started on; a version no longer named is stopped once they have.
+    pub fn activate(&self, live: Prepared, rollout: Option<(Prepared, u8)>) {
+        let _changing = self.inner.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let name = live.spec().name.clone();
+        let mut functions = HashMap::clone(&self.inner.functions.load());
+        let entry = Entry {
+            live: live.0,
+            rollout: rollout.map(|(v, p)| (v.0, p.min(100))),
+        };
+        functions.insert(name, entry);
+        self.inner.functions.store(Arc::new(functions));
+    }
+
+    /// Stops serving `function`; calls running finish first. Whether it was served.
+    pub fn remove(&self, function: &str) -> bool {
+        let _changing = self.inner.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut functions = HashMap::clone(&self.inner.functions.load());
+        let removed = functions.remove(function).is_some();
+        self.inner.functions.store(Arc::new(functions));
+        removed
+    }
+
+    /// The versions `function` serves now (`None` if it is not served here).
+    pub fn serving(&self, function: &str) -> Option<Serving> {
+        let functions = self.inner.functions.load();
+        let entry = functions.get(function)?;
+        Some(Serving {
+            live: entry.live.spec().version.clone(),
+            rollout: entry
+                .rollout
+                .as_ref()
+                .map(|(v, p)| (v.spec().version.clone(), *p)),
         })
+    }
+
+    /// The live version's folder and runtime, if the function is served here.
+    pub fn spec(&self, function: &str) -> Option<Arc<FunctionSpec>> {
+        let functions = self.inner.functions.load();
+        functions.get(function).map(|e| e.live.spec().clone())
+    }
+
+    /// Idle, busy and maximum instances of `function` (`None` if it is not served here), over
+    /// its live version and a rollout's; spare Node instances ([`Self::spare_pids`]) are not
+    /// counted until a call takes one.
+    pub fn stats(&self, function: &str) -> Option<PoolStats> {
+        let functions = self.inner.functions.load();
+        let entry = functions.get(function)?;
+        let mut stats = PoolStats {
+            idle: 0,
+            busy: 0,
+            max: 0,
+        };
+        for v in entry.versions() {
+            let status = v.pool.status();
+            stats.idle += status.available;
+            stats.busy += status.size.saturating_sub(status.available);
+            stats.max += status.max_size;
+        }
+        Some(stats)
     }
 
     /// PIDs of `function`'s spare instances, started and waiting for a first call (`node_spares`;
     /// empty when it has none or is not served here). Spares are not counted in [`Self::stats`].
     pub fn spare_pids(&self, function: &str) -> Vec<u32> {
-        match self
-            .inner
-            .functions
+        let functions = self.inner.functions.load();
+        match functions
             .get(function)
-            .map(|p| &p.manager().source)
+            .map(|e| &e.live.pool.manager().source)
         {
             Some(InstanceSource::Spares(spares)) => spares.pids(),
             _ => Vec::new(),
@@ -201,8 +418,11 @@ impl LocalRuntime {
     /// Stops the idle instances of every function that outlived `keep_alive` now, instead of
     /// waiting for the reaper; returns how many were stopped.
     pub fn evict_idle(&self, keep_alive: Duration) -> usize {
-        let pools = self.inner.functions.values();
-        pools.map(|p| pool::evict_idle(p, keep_alive)).sum()
+        let functions = self.inner.functions.load();
+        let versions = functions.values().flat_map(Entry::versions);
+        versions
+            .map(|v| pool::evict_idle(&v.pool, keep_alive))
+            .sum()
     }
 
     /// Stops every worker: idle ones at once, busy ones by failing their calls with
@@ -210,19 +430,18 @@ impl LocalRuntime {
     /// in-flight calls have let go of their workers.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
-        for pool in self.inner.functions.values() {
-            pool.close();
+        let functions = self.inner.functions.load_full();
+        let versions = || functions.values().flat_map(Entry::versions);
+        for v in versions() {
+            v.pool.close();
         }
         let deadline = Instant::now() + SHUTDOWN_GRACE;
-        while Instant::now() < deadline
-            && self.inner.functions.values().any(|p| p.status().size > 0)
-        {
+        while Instant::now() < deadline && versions().any(|v| v.pool.status().size > 0) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        for pool in self.inner.functions.values() {
-            pool.retain(|_, _| false);
+        for v in versions() {
+            v.stop();
         }
-        self.inner.clear_spares();
     }
 
     /// Resolves once `pool` has an idle instance, or has none at all (nothing to wait for).
@@ -305,29 +524,17 @@ impl LocalRuntime {
             cold_start,
             cold,
             exec,
+            version: manager.spec.version.clone(),
         })
-    }
-}
-
-impl Inner {
-    /// Stops every ready spare (call after `stop` fired, so that no filler adds one back).
-    fn clear_spares(&self) {
-        for pool in self.functions.values() {
-            if let InstanceSource::Spares(spares) = &pool.manager().source {
-                spares.clear();
-            }
-        }
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.cancel();
-        for pool in self.functions.values() {
-            pool.close();
-            pool.retain(|_, _| false);
+        for v in self.functions.load().values().flat_map(Entry::versions) {
+            v.stop();
         }
-        self.clear_spares();
     }
 }
 
@@ -338,21 +545,23 @@ impl FunctionBackend for LocalRuntime {
     }
 
     async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError> {
-        let pool = self
-            .inner
-            .functions
-            .get(&call.function)
-            .ok_or_else(|| InvokeError::UnknownFunction(call.function.clone()))?;
+        let version = {
+            let functions = self.inner.functions.load();
+            let entry = functions
+                .get(&call.function)
+                .ok_or_else(|| InvokeError::UnknownFunction(call.function.clone()))?;
+            entry.pick(call.caller).clone()
+        };
         if self.inner.stop.is_cancelled() {
             return Err(InvokeError::Unavailable("local runtime shut down".into()));
         }
-        let result = self.run(pool, call).await;
+        let result = self.run(&version.pool, call).await;
         self.inner.returned.notify_waiters();
         result
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {
-        let mut names: Vec<String> = self.inner.functions.keys().cloned().collect();
+        let mut names: Vec<String> = self.inner.functions.load().keys().cloned().collect();
         names.sort();
         Ok(names)
     }
@@ -366,6 +575,10 @@ impl FunctionBackend for LocalRuntime {
     }
     fn stats(&self, function: &str) -> Option<PoolStats> {
         LocalRuntime::stats(self, function)
+    }
+
+    fn local(&self) -> Option<&LocalRuntime> {
+        Some(self)
     }
 }
 

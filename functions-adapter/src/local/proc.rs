@@ -22,12 +22,13 @@ use tokio::task::JoinHandle;
 /// How much of a process's stderr is kept for error messages.
 const TAIL_BYTES: usize = 8 * 1024;
 
-/// A command for a function process: piped stdio, own process group, killed on drop, and an
-/// address-space limit of `memory_limit_mb` MiB (0 = none).
+/// A command for a function process: piped stdio, own process group, killed on drop, `env`
+/// added to the environment, and an address-space limit of `memory_limit_mb` MiB (0 = none).
 pub(crate) fn command(
     program: &OsStr,
     args: &[&OsStr],
     dir: &Path,
+    env: &[(String, String)],
     memory_limit_mb: u64,
 ) -> Command {
     let mut cmd = if memory_limit_mb == 0 {
@@ -48,6 +49,7 @@ pub(crate) fn command(
         .stderr(Stdio::piped())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .process_group(0)
         .kill_on_drop(true);
     cmd

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use geofaas_config::function::valid_function_name;
 
@@ -59,6 +60,27 @@ pub struct FunctionSpec {
     pub dir: PathBuf,
     /// Detected runtime.
     pub runtime: Runtime,
+    /// The deployed version's id (`None` for a folder of the configured `functions_dir`).
+    pub version: Option<Arc<str>>,
+    /// Extra environment of the function's processes (`geofaas deploy --env/--secret`).
+    pub env: Vec<(String, String)>,
+}
+
+impl FunctionSpec {
+    /// This spec as deployed version `version` with `env` in its processes' environment.
+    pub fn deployed(mut self, version: &str, env: Vec<(String, String)>) -> Self {
+        self.version = Some(Arc::from(version));
+        self.env = env;
+        self
+    }
+
+    /// A name unique to this version among the runtime's functions (socket names).
+    pub(crate) fn instance_name(&self) -> String {
+        match &self.version {
+            Some(v) => format!("{}@{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// Reads every function folder under `dir`, or only `only` when given. Hidden entries and plain
@@ -127,6 +149,8 @@ pub fn load(name: &str, dir: &Path) -> Result<FunctionSpec, LocalError> {
         name: name.to_owned(),
         dir: dir.to_path_buf(),
         runtime,
+        version: None,
+        env: Vec::new(),
     })
 }
 

@@ -256,6 +256,7 @@ impl ProcWorker {
             program.as_os_str(),
             &args,
             &spec.dir,
+            &spec.env,
             launch.memory_limit_mb,
         );
         let spawn_err = |source| StartError::Spawn {

@@ -1,0 +1,218 @@
+//! The admin API of deployed functions (`docs/deploy.md`), with the admin key when keys exist:
+//!
+//! - `PUT /admin/functions/{name}` (`application/gzip` body, the function folder as a tar;
+//!   `?percent=P` for a rollout; `X-Function-Env: KEY=VALUE` and `X-Function-Secret:
+//!   KEY=VALUE` headers, one entry each): installs and switches, answers the function's status;
+//! - `GET /admin/functions`, `GET /admin/functions/{name}`: live version, rollout, kept versions;
+//! - `POST /admin/functions/{name}/rollback[?to=VERSION]`;
+//! - `DELETE /admin/functions/{name}`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use geofaas_functions::LocalRuntime;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{DeployRequest, Deployer};
+use crate::error::ApiError;
+use crate::node::{Live, NodeState};
+
+/// Request header: one `--env` entry, `KEY=VALUE`.
+pub const ENV_HEADER: &str = "x-function-env";
+/// Request header: one `--secret` entry, `KEY=VALUE`.
+pub const SECRET_HEADER: &str = "x-function-secret";
+
+/// The admin routes of deployed functions.
+pub fn routes() -> Router<Arc<Live>> {
+    Router::new()
+        .route("/admin/functions", get(list))
+        .route(
+            "/admin/functions/{name}",
+            get(show).put(deploy).delete(remove),
+        )
+        .route("/admin/functions/{name}/rollback", post(rollback))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeployQuery {
+    percent: Option<u8>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackQuery {
+    to: Option<String>,
+}
+
+async fn deploy(
+    State(live): State<Arc<Live>>,
+    Path(name): Path<String>,
+    query: Result<Query<DeployQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = live.current();
+    state.access.admin(&headers)?;
+    let Query(query) = query.map_err(|e| bad_query(&e))?;
+    let (deployer, runtime) = target(&state)?;
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or_default();
+        let ok = [
+            "application/gzip",
+            "application/x-gzip",
+            "application/octet-stream",
+        ];
+        if !ok.iter().any(|t| ct.starts_with(t)) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "bad_content_type",
+                format!("Content-Type {ct:?}: a bundle is sent as application/gzip (a gzip'd tar)"),
+            ));
+        }
+    }
+    let limit = deployer.settings().max_bundle_bytes;
+    let timeout = Duration::from_millis(state.topology.limits.body_timeout_ms);
+    let bundle = crate::body::read(&headers, body, limit, timeout)
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::PAYLOAD_TOO_LARGE {
+                let too_large = super::bundle::BundleError::TooLarge { limit };
+                ApiError::new(StatusCode::BAD_REQUEST, "bad_bundle", too_large.to_string())
+            } else {
+                e
+            }
+        })?;
+    let req = DeployRequest {
+        name,
+        bundle,
+        env: entries(&headers, ENV_HEADER)?,
+        secrets: entries(&headers, SECRET_HEADER)?,
+        percent: query.percent,
+    };
+    let (version, status) = deployer.deploy(&runtime, req).await?;
+    Ok(Json(
+        json!({"node": state.id, "version": version, "function": status}),
+    ))
+}
+
+async fn list(
+    State(live): State<Arc<Live>>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = live.current();
+    state.access.admin(&headers)?;
+    let functions = match &state.deploys {
+        Some(d) => d.list()?,
+        None => Vec::new(),
+    };
+    Ok(Json(json!({"node": state.id, "functions": functions})))
+}
+
+async fn show(
+    State(live): State<Arc<Live>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = live.current();
+    state.access.admin(&headers)?;
+    let (deployer, _) = target(&state)?;
+    match deployer.status(&name)? {
+        Some(status) => Ok(Json(json!({"node": state.id, "function": status}))),
+        None => Err(not_deployed(&name)),
+    }
+}
+
+async fn rollback(
+    State(live): State<Arc<Live>>,
+    Path(name): Path<String>,
+    query: Result<Query<RollbackQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = live.current();
+    state.access.admin(&headers)?;
+    let Query(query) = query.map_err(|e| bad_query(&e))?;
+    let (deployer, runtime) = target(&state)?;
+    let status = deployer
+        .rollback(&runtime, &name, query.to.as_deref())
+        .await?;
+    Ok(Json(json!({"node": state.id, "function": status})))
+}
+
+async fn remove(
+    State(live): State<Arc<Live>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let state = live.current();
+    state.access.admin(&headers)?;
+    let (deployer, runtime) = target(&state)?;
+    if deployer.remove(&runtime, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_deployed(&name))
+    }
+}
+
+/// The node's deployer and its embedded runtime, or why it takes no deploys.
+fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), ApiError> {
+    let deployer = state.deploys.as_deref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "no_state_folder",
+            "this node was started without a state folder and keeps no deployed functions",
+        )
+    })?;
+    let runtime = state
+        .directory
+        .backends()
+        .iter()
+        .find_map(|b| b.local().cloned())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "no_local_runtime",
+                "this node has no local backend to deploy functions into",
+            )
+        })?;
+    Ok((deployer, runtime))
+}
+
+/// The `KEY=VALUE` entries of every `name` header.
+fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for v in headers.get_all(name) {
+        let text = v
+            .to_str()
+            .map_err(|_| ApiError::bad_header(name, "(not text)", "not visible ASCII"))?;
+        let Some((k, v)) = text.split_once('=') else {
+            let shown = if name == SECRET_HEADER {
+                "(hidden)"
+            } else {
+                text
+            };
+            return Err(ApiError::bad_header(name, shown, "expected KEY=VALUE"));
+        };
+        out.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(out)
+}
+
+fn not_deployed(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_deployed",
+        format!("function {name:?} has no deployed version on this node"),
+    )
+}
+
+fn bad_query(e: &QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
+}

@@ -1,0 +1,470 @@
+//! Deployed functions: versions installed on this node, switched without losing a call.
+//!
+//! A deploy ([`Deployer::deploy`]) checks the bundle ([`bundle`]), writes the version to the
+//! node's state folder ([`store`]), starts one instance of it in the embedded runtime (a
+//! function that cannot start fails the deploy, and the live version keeps serving), and only
+//! then moves new calls to it; calls already running finish on the version they started on,
+//! whose instances are stopped after them. Rollbacks and percentage rollouts are the same
+//! switch to other kept versions. The admin API over it is in [`admin`]; `docs/deploy.md`
+//! describes both.
+
+pub mod admin;
+pub mod bundle;
+pub mod store;
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use geofaas_config::function::valid_function_name;
+use geofaas_config::DeploySettings;
+use geofaas_functions::local::{self, Prepared};
+use geofaas_functions::LocalRuntime;
+use serde::Serialize;
+
+use crate::error::ApiError;
+use bundle::Bundle;
+use store::{FunctionState, Rollout, Store, VersionEnv, VersionInfo};
+
+/// One deploy as the admin API received it.
+#[derive(Debug)]
+pub struct DeployRequest {
+    /// Function name.
+    pub name: String,
+    /// The gzip'd tar.
+    pub bundle: bytes::Bytes,
+    /// `--env` entries.
+    pub env: Vec<(String, String)>,
+    /// `--secret` entries with their values.
+    pub secrets: Vec<(String, String)>,
+    /// `--percent`: a rollout to this share of callers instead of a switch.
+    pub percent: Option<u8>,
+}
+
+/// A function as `GET /admin/functions` shows it (secret values never appear).
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionStatus {
+    /// Name.
+    pub name: String,
+    /// The version new calls run on (`null` for a function from `functions_dir` only).
+    pub live: Option<String>,
+    /// A rollout in progress.
+    pub rollout: Option<Rollout>,
+    /// Kept versions, oldest first.
+    pub versions: Vec<VersionInfo>,
+    /// The live version's `--env` entries.
+    pub env: Vec<(String, String)>,
+    /// The names of the live version's secrets.
+    pub secrets: Vec<String>,
+}
+
+/// The deployed functions of one node.
+#[derive(Debug)]
+pub struct Deployer {
+    store: Store,
+    settings: DeploySettings,
+    /// One change at a time (two deploys of a function at once: the later one wins).
+    changes: tokio::sync::Mutex<()>,
+}
+
+impl Deployer {
+    /// The deployer over the state folder `dir`.
+    pub fn open(dir: &Path, settings: DeploySettings) -> std::io::Result<Self> {
+        Ok(Self {
+            store: Store::open(dir)?,
+            settings,
+            changes: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The limits it applies.
+    pub fn settings(&self) -> &DeploySettings {
+        &self.settings
+    }
+
+    /// Puts every kept live version (and rollout) into `runtime`, where it does not serve
+    /// them already: after a restart, or a reload that built a new runtime. Instances start
+    /// on the first call. A version that cannot be loaded is logged and left out.
+    pub fn restore(&self, runtime: &LocalRuntime) {
+        let names = match self.store.names() {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the deployed functions");
+                return;
+            }
+        };
+        for name in names {
+            let state = match self.store.state(&name) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(function = %name, error = %e, "cannot read its state");
+                    continue;
+                }
+            };
+            let Some(live) = &state.live else { continue };
+            let serving = runtime.serving(&name);
+            let wanted = (
+                Some(live.as_str()),
+                state
+                    .rollout
+                    .as_ref()
+                    .map(|r| (r.version.as_str(), r.percent)),
+            );
+            let have = serving.as_ref().map(|s| {
+                let rollout = s
+                    .rollout
+                    .as_ref()
+                    .map(|(v, p)| (v.as_deref().unwrap_or(""), *p));
+                (s.live.as_deref(), rollout)
+            });
+            if have == Some(wanted) {
+                continue;
+            }
+            let loaded = self.cold(runtime, &name, live).and_then(|live| {
+                let rollout = match &state.rollout {
+                    Some(r) => Some((self.cold(runtime, &name, &r.version)?, r.percent)),
+                    None => None,
+                };
+                Ok((live, rollout))
+            });
+            match loaded {
+                Ok((live, rollout)) => {
+                    runtime.activate(live, rollout);
+                    tracing::info!(function = %name, version = %state.live.as_deref().unwrap_or(""), "deployed function restored");
+                }
+                Err(e) => {
+                    tracing::error!(function = %name, error = %e.message, "cannot restore it")
+                }
+            }
+        }
+    }
+
+    /// Installs a new version and switches to it (or starts a rollout to it).
+    pub async fn deploy(
+        &self,
+        runtime: &LocalRuntime,
+        req: DeployRequest,
+    ) -> Result<(String, FunctionStatus), ApiError> {
+        check_name(&req.name)?;
+        for (k, v) in req.env.iter().chain(&req.secrets) {
+            check_env(k, v)?;
+        }
+        if req.percent.is_some_and(|p| !(1..=100).contains(&p)) {
+            return Err(bad_request(
+                "bad_percent",
+                "percent must be between 1 and 100".into(),
+            ));
+        }
+        let bundle = Bundle::unpack(&req.bundle, self.settings.max_bundle_bytes)
+            .map_err(|e| bad_request("bad_bundle", e.to_string()))?;
+        let id = bundle.version(&req.env, &req.secrets);
+        let env = VersionEnv {
+            env: req.env,
+            secrets: req.secrets,
+        };
+        let _one = self.changes.lock().await;
+        let name = &req.name;
+        let fresh = !self.store.has_version(name, &id);
+        self.store
+            .put_version(name, &id, &bundle, &env, |dir| {
+                local::load_function(name, dir).map(|_| ())
+            })
+            .map_err(|e| match e {
+                store::PutError::Check(e) => bad_request("bad_function", reason_of(&e)),
+                store::PutError::Io(e) => disk_error(&e),
+            })?;
+        let prepared = match self.warm(runtime, name, &id).await {
+            Ok(p) => p,
+            Err(e) => {
+                if fresh {
+                    let _ = self.store.delete_version(name, &id);
+                }
+                return Err(e);
+            }
+        };
+        let mut state = self.store.state(name).map_err(|e| disk_error(&e))?;
+        if !state.versions.iter().any(|v| v.id == id) {
+            state.versions.push(VersionInfo {
+                id: id.clone(),
+                deployed_at: now_s(),
+            });
+        }
+        let current = runtime.serving(name);
+        match req.percent.filter(|p| *p < 100) {
+            // A rollout needs a version to split with: the live deployed one, else the
+            // function's folder from `functions_dir`.
+            Some(percent) if current.is_some() && state.live.as_deref() != Some(id.as_str()) => {
+                let live = match &state.live {
+                    Some(live) => self.warm(runtime, name, live).await?,
+                    None => runtime
+                        .loaded_live(name)
+                        .ok_or_else(|| ApiError::unknown_function(name))?,
+                };
+                runtime.activate(live, Some((prepared, percent)));
+                state.rollout = Some(Rollout {
+                    version: id.clone(),
+                    percent,
+                });
+            }
+            _ => {
+                runtime.activate(prepared, None);
+                state.live = Some(id.clone());
+                state.rollout = None;
+            }
+        }
+        self.prune(name, &mut state);
+        self.store
+            .set_state(name, &state)
+            .map_err(|e| disk_error(&e))?;
+        tracing::info!(function = %name, version = %id, live = ?state.live, rollout = ?state.rollout, "deployed");
+        Ok((id, self.status_of(name, state)))
+    }
+
+    /// Switches back: ends a rollout (its version stops taking callers), else makes `to` (by
+    /// default the version deployed before the live one) live again.
+    pub async fn rollback(
+        &self,
+        runtime: &LocalRuntime,
+        name: &str,
+        to: Option<&str>,
+    ) -> Result<FunctionStatus, ApiError> {
+        check_name(name)?;
+        let _one = self.changes.lock().await;
+        let mut state = self.store.state(name).map_err(|e| disk_error(&e))?;
+        let Some(live) = state.live.clone() else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_deployed",
+                format!("function {name:?} has no deployed version on this node"),
+            ));
+        };
+        let target =
+            match (to, &state.rollout) {
+                (None, Some(_)) => live.clone(),
+                (Some(to), _) => to.to_owned(),
+                (None, None) => {
+                    let at = state.versions.iter().position(|v| v.id == live);
+                    let before = at.and_then(|i| i.checked_sub(1));
+                    match before.and_then(|i| state.versions.get(i)) {
+                        Some(v) => v.id.clone(),
+                        None => return Err(ApiError::new(
+                            StatusCode::CONFLICT,
+                            "no_previous_version",
+                            format!(
+                                "function {name:?} has no version before {live} to roll back to"
+                            ),
+                        )),
+                    }
+                }
+            };
+        if !state.versions.iter().any(|v| v.id == target) {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_version",
+                format!(
+                    "function {name:?} has no kept version {target:?}; kept: {}",
+                    ids(&state)
+                ),
+            ));
+        }
+        let prepared = self.warm(runtime, name, &target).await?;
+        runtime.activate(prepared, None);
+        state.live = Some(target);
+        state.rollout = None;
+        self.store
+            .set_state(name, &state)
+            .map_err(|e| disk_error(&e))?;
+        tracing::info!(function = %name, live = ?state.live, "rolled back");
+        Ok(self.status_of(name, state))
+    }
+
+    /// Stops serving the deployed function and deletes its versions. Whether it had any.
+    pub async fn remove(&self, runtime: &LocalRuntime, name: &str) -> Result<bool, ApiError> {
+        check_name(name)?;
+        let _one = self.changes.lock().await;
+        let state = self.store.state(name).map_err(|e| disk_error(&e))?;
+        if state.live.is_none() {
+            return Ok(false);
+        }
+        runtime.remove(name);
+        self.store
+            .delete_function(name)
+            .map_err(|e| disk_error(&e))?;
+        tracing::info!(function = %name, "removed");
+        Ok(true)
+    }
+
+    /// Every deployed function.
+    pub fn list(&self) -> Result<Vec<FunctionStatus>, ApiError> {
+        let names = self.store.names().map_err(|e| disk_error(&e))?;
+        let mut out = Vec::new();
+        for name in names {
+            let state = self.store.state(&name).map_err(|e| disk_error(&e))?;
+            if state.live.is_some() {
+                out.push(self.status_of(&name, state));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One deployed function.
+    pub fn status(&self, name: &str) -> Result<Option<FunctionStatus>, ApiError> {
+        check_name(name)?;
+        let state = self.store.state(name).map_err(|e| disk_error(&e))?;
+        Ok(state.live.is_some().then(|| self.status_of(name, state)))
+    }
+
+    fn status_of(&self, name: &str, state: FunctionState) -> FunctionStatus {
+        let env = state
+            .live
+            .as_deref()
+            .and_then(|id| self.store.version_env(name, id).ok())
+            .unwrap_or_default();
+        FunctionStatus {
+            name: name.to_owned(),
+            live: state.live,
+            rollout: state.rollout,
+            versions: state.versions,
+            env: env.env,
+            secrets: env.secrets.into_iter().map(|(k, _)| k).collect(),
+        }
+    }
+
+    /// Version `id` ready to take calls, with one instance started (or as loaded already).
+    async fn warm(
+        &self,
+        runtime: &LocalRuntime,
+        name: &str,
+        id: &str,
+    ) -> Result<Prepared, ApiError> {
+        if let Some(p) = runtime.loaded(name, id) {
+            return Ok(p);
+        }
+        let spec = self.spec(name, id)?;
+        runtime.prepare(spec, true).await.map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "function_failed_to_start",
+                format!("version {id} of {name:?} was not switched to: {e}"),
+            )
+        })
+    }
+
+    /// Version `id` loaded without starting an instance (restores).
+    fn cold(&self, runtime: &LocalRuntime, name: &str, id: &str) -> Result<Prepared, ApiError> {
+        if let Some(p) = runtime.loaded(name, id) {
+            return Ok(p);
+        }
+        let spec = self.spec(name, id)?;
+        runtime
+            .prepare_cold(spec)
+            .map_err(|e| bad_request("bad_function", e.to_string()))
+    }
+
+    fn spec(&self, name: &str, id: &str) -> Result<local::FunctionSpec, ApiError> {
+        let dir = self.store.version_dir(name, id);
+        let spec = local::load_function(name, &dir)
+            .map_err(|e| bad_request("bad_function", reason_of(&e)))?;
+        let env = self
+            .store
+            .version_env(name, id)
+            .map_err(|e| disk_error(&e))?;
+        Ok(spec.deployed(id, env.env.into_iter().chain(env.secrets).collect()))
+    }
+
+    /// Drops the oldest versions beyond `keep_versions`, never the live one or a rollout's.
+    fn prune(&self, name: &str, state: &mut FunctionState) {
+        let keep = self.settings.keep_versions.max(2);
+        while state.versions.len() > keep {
+            let in_use = |id: &str| {
+                state.live.as_deref() == Some(id)
+                    || state.rollout.as_ref().is_some_and(|r| r.version == id)
+            };
+            let Some(i) = state.versions.iter().position(|v| !in_use(&v.id)) else {
+                break;
+            };
+            let old = state.versions.remove(i);
+            if let Err(e) = self.store.delete_version(name, &old.id) {
+                tracing::warn!(function = %name, version = %old.id, error = %e, "cannot delete an old version");
+            }
+        }
+    }
+}
+
+fn ids(state: &FunctionState) -> String {
+    let ids: Vec<&str> = state.versions.iter().map(|v| v.id.as_str()).collect();
+    ids.join(", ")
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if valid_function_name(name) {
+        Ok(())
+    } else {
+        Err(bad_request(
+            "bad_function_name",
+            format!(
+                "{:?} is not a function name (letters, digits, '-' and '_', at most 64)",
+                name.escape_debug().to_string()
+            ),
+        ))
+    }
+}
+
+/// An environment entry a process can be given: a POSIX name that does not override what the
+/// runtime sets itself, and a value without NUL.
+fn check_env(key: &str, value: &str) -> Result<(), ApiError> {
+    let mut chars = key.chars();
+    let name_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !name_ok {
+        return Err(bad_request(
+            "bad_env",
+            format!(
+                "environment name {:?} is not of the form [A-Za-z_][A-Za-z0-9_]*",
+                key.escape_debug().to_string()
+            ),
+        ));
+    }
+    if key.starts_with("GEOFAAS_") || key.starts_with("PYTHON") || key == "PATH" {
+        return Err(bad_request(
+            "bad_env",
+            format!("environment name {key:?} is reserved for the runtime"),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(bad_request(
+            "bad_env",
+            format!("the value of {key:?} holds a NUL byte"),
+        ));
+    }
+    Ok(())
+}
+
+/// The reason of a function folder's error, without the temporary path it was checked at.
+fn reason_of(e: &geofaas_functions::LocalError) -> String {
+    match e {
+        geofaas_functions::LocalError::BadFunction { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn bad_request(code: &'static str, message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, code, message)
+}
+
+fn disk_error(e: &std::io::Error) -> ApiError {
+    tracing::error!(error = %e, "deploy: state folder");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "state_folder",
+        "the node could not read or write its state folder",
+    )
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
