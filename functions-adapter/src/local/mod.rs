@@ -294,7 +294,10 @@ impl LocalRuntime {
             let mut worker = match started {
                 Ok(Ok(worker)) => worker,
                 Ok(Err(e)) => {
-                    let reason = pool_error(e, &name).to_string();
+                    let reason = match e {
+                        PoolError::Backend(start) => start.to_string(),
+                        other => pool_error(other, &name).to_string(),
+                    };
                     return Err(LocalError::Start { name, reason });
                 }
                 Err(_) => {

@@ -238,25 +238,26 @@ impl Deployer {
                 format!("function {name:?} has no deployed version on this node"),
             ));
         };
-        let target =
-            match (to, &state.rollout) {
-                (None, Some(_)) => live.clone(),
-                (Some(to), _) => to.to_owned(),
-                (None, None) => {
-                    let at = state.versions.iter().position(|v| v.id == live);
-                    let before = at.and_then(|i| i.checked_sub(1));
-                    match before.and_then(|i| state.versions.get(i)) {
-                        Some(v) => v.id.clone(),
-                        None => return Err(ApiError::new(
+        let target = match (to, &state.rollout) {
+            (None, Some(_)) => live.clone(),
+            (Some(to), _) => to.to_owned(),
+            (None, None) => {
+                let at = state.versions.iter().position(|v| v.id == live);
+                let before = at.and_then(|i| i.checked_sub(1));
+                match before.and_then(|i| state.versions.get(i)) {
+                    Some(v) => v.id.clone(),
+                    None => {
+                        return Err(ApiError::new(
                             StatusCode::CONFLICT,
                             "no_previous_version",
                             format!(
                                 "function {name:?} has no version before {live} to roll back to"
                             ),
-                        )),
+                        ))
                     }
                 }
-            };
+            }
+        };
         if !state.versions.iter().any(|v| v.id == target) {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -62,9 +62,10 @@ pub struct Store {
 }
 
 impl Store {
-    /// The store under `state_dir` (created if missing).
+    /// The store under `state_dir` (created if missing). Its paths are absolute: function
+    /// processes run in their version's folder.
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
-        let root = state_dir.join("functions");
+        let root = std::path::absolute(state_dir)?.join("functions");
         std::fs::create_dir_all(&root)?;
         Ok(Self { root })
     }

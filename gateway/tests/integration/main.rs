@@ -5,6 +5,7 @@ mod backends;
 mod chaos;
 mod cloud_only;
 mod cluster;
+mod deploy;
 mod dns_reload;
 mod errors;
 mod fleet;
