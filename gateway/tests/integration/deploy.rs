@@ -509,9 +509,9 @@ fn bad_bundles_are_refused_by_name_and_the_live_version_keeps_serving() {
     std::os::unix::fs::symlink("/etc/passwd", evil.join("pkg/passwd")).unwrap();
     let tar = |args: &[&str], out: &str| {
         let status = Command::new("tar")
-            .args(args)
             .arg("-czf")
             .arg(up.path(out))
+            .args(args)
             .current_dir(&evil)
             .status()
             .unwrap();
