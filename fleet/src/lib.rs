@@ -10,7 +10,9 @@
 //! - `nodes/<id>`: a [`NodeRecord`], under the node's lease;
 //! - `load/<id>`: its latest [`LoadReport`], under the same lease;
 //! - `calls/<key>`: a shared `Idempotency-Key` answer, under a lease shared by the records of one
-//!   window (`calls.rs`).
+//!   window (`calls.rs`);
+//! - `functions/<name>`: the version of a deployed function every node should serve
+//!   ([`DesiredFunction`], no lease; `functions.rs`).
 //!
 //! The etcd client is generated from `proto/etcd.proto` at build time with a vendored protoc
 //! ([`etcd`]).
@@ -20,6 +22,7 @@
 pub mod calls;
 pub mod error;
 pub mod etcd;
+pub mod functions;
 pub mod member;
 pub mod record;
 pub mod view;
@@ -42,6 +45,7 @@ use tokio::task::JoinHandle;
 pub use calls::{CallRecords, Shared};
 pub use error::FleetError;
 pub use etcd::Etcd;
+pub use functions::{DesiredFunction, DesiredFunctions, DesiredRollout};
 pub use member::{LoadSource, Member, Status};
 pub use record::{now_ms, Capacity, FunctionLoad, LoadReport, NodeLoad, NodeRecord};
 pub use view::{merge, FleetView, Refusal, Registered};
@@ -52,6 +56,7 @@ pub struct Fleet {
     etcd: Etcd,
     settings: RegistrySettings,
     view: watch::Receiver<Arc<FleetView>>,
+    functions: watch::Receiver<Arc<DesiredFunctions>>,
     loads: watcher::Loads,
     calls: Arc<CallRecords>,
     watch_task: JoinHandle<()>,
@@ -68,11 +73,13 @@ impl Fleet {
     pub fn start(settings: &RegistrySettings) -> Result<Arc<Self>, FleetError> {
         let etcd = Etcd::connect(settings)?;
         let (tx, view) = watch::channel(Arc::new(FleetView::default()));
+        let (functions_tx, functions) = watch::channel(Arc::new(DesiredFunctions::new()));
         let loads: watcher::Loads = Arc::new(RwLock::new(BTreeMap::new()));
         let calls = Arc::new(CallRecords::new(etcd.clone(), settings));
         let sinks = watcher::Sinks {
             prefix: settings.prefix.clone(),
             nodes: tx,
+            functions: functions_tx,
             loads: loads.clone(),
             calls: calls.clone(),
             connected: calls.connected.clone(),
@@ -82,6 +89,7 @@ impl Fleet {
             etcd,
             settings: settings.clone(),
             view,
+            functions,
             loads,
             calls,
             watch_task,
@@ -91,6 +99,27 @@ impl Fleet {
     /// The registered nodes now, and a receiver that wakes when they change.
     pub fn view(&self) -> watch::Receiver<Arc<FleetView>> {
         self.view.clone()
+    }
+
+    /// The desired versions of deployed functions now, and a receiver that wakes when they
+    /// change (read with the registered nodes: `view().borrow().synced` says whether etcd was
+    /// read at all).
+    pub fn functions(&self) -> watch::Receiver<Arc<DesiredFunctions>> {
+        self.functions.clone()
+    }
+
+    /// Writes `desired` as the version every node should serve of its function (the last
+    /// write wins).
+    pub async fn set_function(&self, desired: &DesiredFunction) -> Result<(), FleetError> {
+        let key = functions::key(&self.settings.prefix, &desired.name);
+        let value = serde_json::to_vec(desired).map_err(|e| FleetError::Etcd(e.to_string()))?;
+        self.etcd.put(key.into_bytes(), value, 0).await
+    }
+
+    /// Deletes the record of `name`: every node stops serving the deployed function.
+    pub async fn remove_function(&self, name: &str) -> Result<(), FleetError> {
+        let key = functions::key(&self.settings.prefix, name);
+        self.etcd.delete(key.into_bytes()).await
     }
 
     /// Each node's latest load report, leaving out those older than three report intervals.

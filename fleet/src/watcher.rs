@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::calls::CallRecords;
 use crate::etcd::Etcd;
+use crate::functions::{DesiredFunction, DesiredFunctions};
 use crate::pb;
 use crate::record::{LoadReport, NodeRecord};
 use crate::view::{FleetView, Registered};
@@ -23,6 +24,7 @@ pub(crate) type Loads = Arc<RwLock<BTreeMap<String, (LoadReport, Instant)>>>;
 pub(crate) struct Sinks {
     pub prefix: String,
     pub nodes: watch::Sender<Arc<FleetView>>,
+    pub functions: watch::Sender<Arc<DesiredFunctions>>,
     pub loads: Loads,
     pub calls: Arc<CallRecords>,
     /// Set while the watch follows etcd.
@@ -59,10 +61,14 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
         ..Default::default()
     };
     let mut loads = BTreeMap::new();
+    let mut functions = DesiredFunctions::new();
     for kv in &kvs {
         match apply_put(sinks, kv) {
             Some(Entry::Node(id, reg)) => {
                 view.nodes.insert(id, *reg);
+            }
+            Some(Entry::Function(name, desired)) => {
+                functions.insert(name, *desired);
             }
             Some(Entry::Load(id, report)) => {
                 loads.insert(id, (report, Instant::now()));
@@ -71,6 +77,7 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
         }
     }
     *sinks.loads.write().unwrap_or_else(|p| p.into_inner()) = loads;
+    publish_functions(sinks, functions.clone());
     publish(sinks, view.clone());
     tracing::debug!(nodes = view.nodes.len(), revision, "registry read");
     let mut events = Box::pin(etcd.watch_prefix(prefix, revision + 1).await?);
@@ -84,10 +91,14 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
             )));
         }
         let mut changed = false;
+        let mut functions_changed = false;
         for ev in &resp.events {
             let Some(kv) = &ev.kv else { continue };
             if ev.r#type == pb::event::EventType::Delete as i32 {
                 changed |= apply_delete(sinks, &mut view, &kv.key);
+                if let Some(name) = function_name(sinks, &kv.key) {
+                    functions_changed |= functions.remove(name).is_some();
+                }
                 continue;
             }
             match apply_put(sinks, kv) {
@@ -95,12 +106,19 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
                     changed |= view.nodes.get(&id) != Some(&*reg);
                     view.nodes.insert(id, *reg);
                 }
+                Some(Entry::Function(name, desired)) => {
+                    functions_changed |= functions.get(&name) != Some(&*desired);
+                    functions.insert(name, *desired);
+                }
                 Some(Entry::Load(id, report)) => {
                     let mut loads = sinks.loads.write().unwrap_or_else(|p| p.into_inner());
                     loads.insert(id, (report, Instant::now()));
                 }
                 None => {}
             }
+        }
+        if functions_changed {
+            publish_functions(sinks, functions.clone());
         }
         if changed {
             publish(sinks, view.clone());
@@ -119,9 +137,26 @@ fn publish(sinks: &Sinks, view: FleetView) {
     });
 }
 
+fn publish_functions(sinks: &Sinks, functions: DesiredFunctions) {
+    sinks.functions.send_if_modified(|old| {
+        let changed = **old != functions;
+        if changed {
+            *old = Arc::new(functions);
+        }
+        changed
+    });
+}
+
 enum Entry {
     Node(String, Box<Registered>),
     Load(String, LoadReport),
+    Function(String, Box<DesiredFunction>),
+}
+
+/// The function name of a `functions/<name>` key.
+fn function_name<'k>(sinks: &Sinks, key: &'k [u8]) -> Option<&'k str> {
+    let key = key.strip_prefix(sinks.prefix.as_bytes())?;
+    std::str::from_utf8(key).ok()?.strip_prefix("functions/")
 }
 
 /// Decodes one key-value; a record that does not parse is logged and skipped.
@@ -149,6 +184,12 @@ fn apply_put(sinks: &Sinks, kv: &pb::KeyValue) -> Option<Entry> {
         }
     } else if let Some(call) = key.strip_prefix("calls/") {
         sinks.calls.remember(call, &kv.value);
+    } else if let Some(name) = key.strip_prefix("functions/") {
+        match serde_json::from_slice::<DesiredFunction>(&kv.value) {
+            Ok(d) if d.name == name => return Some(Entry::Function(name.to_owned(), Box::new(d))),
+            Ok(_) => tracing::warn!(key, "function record names another function: ignored"),
+            Err(e) => tracing::warn!(key, error = %e, "function record does not parse: ignored"),
+        }
     }
     None
 }

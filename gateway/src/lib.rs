@@ -225,6 +225,14 @@ pub async fn run_node(
         None => None,
     };
     let mut view = fleet.as_ref().map(|f| f.view());
+    // Deployed functions follow the registry's records (`deploy::sync`).
+    let deploys = match (&fleet, &handle.state.deploys) {
+        (Some(f), Some(_)) => Some(tokio::spawn(deploy::sync::follow(
+            handle.live.clone(),
+            f.clone(),
+        ))),
+        _ => None,
+    };
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -250,6 +258,9 @@ pub async fn run_node(
                 }
             }
         }
+    }
+    if let Some(task) = deploys {
+        task.abort();
     }
     if let Some(m) = member {
         m.leave().await;

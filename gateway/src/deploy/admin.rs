@@ -38,6 +38,10 @@ pub fn routes() -> Router<Arc<Live>> {
             get(show).put(deploy).delete(remove),
         )
         .route("/admin/functions/{name}/rollback", post(rollback))
+        .route(
+            "/node/functions/{name}/versions/{id}",
+            get(super::sync::serve_version),
+        )
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,9 +102,13 @@ async fn deploy(
         percent: query.percent,
     };
     let (version, status) = deployer.deploy(&runtime, req).await?;
-    Ok(Json(
-        json!({"node": state.id, "version": version, "function": status}),
-    ))
+    let registry = super::sync::publish(&state, &status).await;
+    Ok(Json(json!({
+        "node": state.id,
+        "version": version,
+        "function": status,
+        "registry_error": registry,
+    })))
 }
 
 async fn list(
@@ -143,7 +151,10 @@ async fn rollback(
     let status = deployer
         .rollback(&runtime, &name, query.to.as_deref())
         .await?;
-    Ok(Json(json!({"node": state.id, "function": status})))
+    let registry = super::sync::publish(&state, &status).await;
+    Ok(Json(
+        json!({"node": state.id, "function": status, "registry_error": registry}),
+    ))
 }
 
 async fn remove(
@@ -155,6 +166,9 @@ async fn remove(
     state.access.admin(&headers)?;
     let (deployer, runtime) = target(&state)?;
     if deployer.remove(&runtime, &name).await? {
+        if let Some(e) = super::sync::unpublish(&state, &name).await {
+            tracing::warn!(function = %name, error = %e, "removed here only");
+        }
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_deployed(&name))
@@ -162,7 +176,7 @@ async fn remove(
 }
 
 /// The node's deployer and its embedded runtime, or why it takes no deploys.
-fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), ApiError> {
+pub(crate) fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), ApiError> {
     let deployer = state.deploys.as_deref().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -186,7 +200,7 @@ fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), ApiError> {
 }
 
 /// The `KEY=VALUE` entries of every `name` header.
-fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, String)>, ApiError> {
     let mut out = Vec::new();
     for v in headers.get_all(name) {
         let text = v

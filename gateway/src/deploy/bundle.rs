@@ -138,8 +138,18 @@ impl Bundle {
     /// Reads a function folder from disk (for `geofaas deploy`). Hidden entries at the top
     /// (`.git`, `.geofaas`) are left out; a link or special file inside is an error naming it.
     pub fn from_dir(dir: &Path) -> std::io::Result<Self> {
+        Self::read_dir(dir, false)
+    }
+
+    /// Reads a kept version's folder back, hidden files included (it holds exactly what was
+    /// deployed).
+    pub fn from_version_dir(dir: &Path) -> std::io::Result<Self> {
+        Self::read_dir(dir, true)
+    }
+
+    fn read_dir(dir: &Path, hidden: bool) -> std::io::Result<Self> {
         let mut bundle = Self::default();
-        add_dir(&mut bundle, dir, "")?;
+        add_dir(&mut bundle, dir, "", hidden)?;
         if bundle.files.is_empty() {
             return Err(std::io::Error::other(format!(
                 "{} holds no files",
@@ -244,13 +254,13 @@ fn special_kind(kind: tar::EntryType) -> &'static str {
     }
 }
 
-fn add_dir(bundle: &mut Bundle, dir: &Path, prefix: &str) -> std::io::Result<()> {
+fn add_dir(bundle: &mut Bundle, dir: &Path, prefix: &str, hidden: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if prefix.is_empty() && name.starts_with('.') {
+        if !hidden && prefix.is_empty() && name.starts_with('.') {
             continue;
         }
         let path = entry.path();
@@ -261,7 +271,7 @@ fn add_dir(bundle: &mut Bundle, dir: &Path, prefix: &str) -> std::io::Result<()>
         };
         let meta = std::fs::symlink_metadata(&path)?;
         if meta.is_dir() {
-            add_dir(bundle, &path, &rel)?;
+            add_dir(bundle, &path, &rel, hidden)?;
         } else if meta.is_file() {
             let mut data = Vec::new();
             std::fs::File::open(&path)?.read_to_end(&mut data)?;

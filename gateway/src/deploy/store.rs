@@ -62,18 +62,22 @@ pub struct Store {
 }
 
 impl Store {
-    /// The store under `state_dir` (created if missing). Its paths are absolute: function
-    /// processes run in their version's folder.
+    /// The store under `state_dir`, created with the first deploy. Its paths are absolute:
+    /// function processes run in their version's folder.
     pub fn open(state_dir: &Path) -> std::io::Result<Self> {
         let root = std::path::absolute(state_dir)?.join("functions");
-        std::fs::create_dir_all(&root)?;
         Ok(Self { root })
     }
 
     /// Names of the functions with a state file, sorted.
     pub fn names(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(&self.root)? {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
             let entry = entry?;
             if entry.path().join("state.json").is_file() {
                 names.push(entry.file_name().to_string_lossy().into_owned());
@@ -131,8 +135,15 @@ impl Store {
             check(&tmp).map_err(PutError::Check)?;
             let bytes = serde_json::to_vec(env).map_err(std::io::Error::other)?;
             write_atomic(&versions.join(format!("{id}.json")), &bytes, 0o600)?;
-            std::fs::rename(&tmp, &target)?;
-            Ok(())
+            match std::fs::rename(&tmp, &target) {
+                // Written meanwhile by another path (a deploy and a fetch of the same id): the
+                // same bytes, as the id says.
+                Err(_) if target.is_dir() => {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    Ok(())
+                }
+                other => other.map_err(PutError::Io),
+            }
         });
         if written.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);

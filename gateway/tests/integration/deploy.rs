@@ -306,13 +306,13 @@ fn a_deploy_reaches_every_node_with_one_version_its_env_and_secrets() {
     for id in ["cbd", "carlton", "cloud"] {
         assert!(stdout.contains(id), "{stdout}");
     }
-    for node in 0..3 {
+    for (node, (id, _)) in PLACES.iter().enumerate() {
         for h2 in [false, true] {
             let a = up.call(node, "greet", h2, &[]);
             assert_eq!(a.status, 200, "{a:?}");
             assert_eq!(a.body, "v1 hello token");
             assert_eq!(a.version(), version);
-            assert_eq!(a.headers["x-served-by"], PLACES[node].0);
+            assert_eq!(a.headers["x-served-by"], *id);
         }
     }
     // `functions ls` shows the version on every node and never the secret's value.

@@ -236,7 +236,10 @@ impl Fleet {
         let child = Command::new(BIN)
             .args(["node", "--node", id, "--config"])
             .arg(&file)
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
             .env("GEOFAAS_OFFLOAD_SECRET", "fleet test secret")
+            .env("RUST_LOG", "info,geofaas_gateway::deploy=debug")
             .envs(env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -668,5 +671,140 @@ async fn a_saturated_edge_places_calls_on_a_registered_neighbour_from_etcd_repor
     panic!(
         "never placed on potsdam: {seen:?}; tu-berlin log: {}",
         f.log("tu-berlin")
+    );
+}
+
+impl Fleet {
+    /// Calls `function` at node `at` from `location`: the status and `X-Function-Version`.
+    async fn version_at(&self, at: &str, function: &str, location: &str) -> Option<(u16, String)> {
+        let r = self
+            .client
+            .post(format!("{}/fn/{function}", self.url(at)))
+            .header("X-Client-Location", location)
+            .body("x")
+            .send()
+            .await
+            .ok()?;
+        let version = r
+            .headers()
+            .get("x-function-version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        Some((r.status().as_u16(), version))
+    }
+
+    /// `geofaas ARGS` with the file of node `file_of`.
+    fn geofaas(&self, file_of: &str, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join(format!("{file_of}.toml")))
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_reaches_every_node_through_etcd_also_one_that_was_down() {
+    let Some(mut f) = Fleet::start().await else {
+        return;
+    };
+    f.run_cloud().await;
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    f.run("potsdam", Some(("potsdam", "127.0.0.12")));
+    let up = within(Duration::from_secs(20), || async {
+        f.route("tu-berlin", BERLIN).await.as_deref() == Some("here")
+            && f.route("potsdam", POTSDAM).await.as_deref() == Some("here")
+    })
+    .await;
+    assert!(up.is_some(), "the edges serve: {}", f.log("potsdam"));
+    let src = f.dir.path().join("hello");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("fn.py"), "def fn(i, h):\n    return 'hello'\n").unwrap();
+
+    // potsdam is down; the deploy goes to tu-berlin only: the cloud learns it from etcd.
+    f.kill("potsdam");
+    let out = f.geofaas("tu-berlin", &["deploy", "./hello", "--node", "tu-berlin"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = stdout.find(" version ").unwrap() + 9;
+    let version = stdout[at..at + 12].to_owned();
+    let want = Some((200, version.clone()));
+    let cloud = within(Duration::from_secs(20), || async {
+        f.version_at("cloud", "hello", "51.50,-0.12").await == want
+    })
+    .await;
+    assert!(
+        cloud.is_some(),
+        "the cloud converged: {stdout}\n{}\n{}\n{:?}",
+        f.log("cloud"),
+        f.log("tu-berlin"),
+        f.version_at("cloud", "hello", "51.50,-0.12").await
+    );
+    eprintln!("the cloud served the new version {cloud:?} after the deploy");
+
+    // potsdam comes back and catches up.
+    f.run("potsdam", Some(("potsdam", "127.0.0.12")));
+    let caught_up = within(Duration::from_secs(30), || async {
+        f.version_at("potsdam", "hello", POTSDAM).await == want
+    })
+    .await;
+    assert!(
+        caught_up.is_some(),
+        "potsdam caught up: {}",
+        f.log("potsdam")
+    );
+
+    // A restart keeps it (from the node's state folder), etcd or not.
+    f.kill("tu-berlin");
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let kept = within(Duration::from_secs(20), || async {
+        f.version_at("tu-berlin", "hello", BERLIN).await == want
+    })
+    .await;
+    assert!(kept.is_some(), "tu-berlin kept it: {}", f.log("tu-berlin"));
+
+    // A rollout and a removal travel the same way.
+    std::fs::write(src.join("fn.py"), "def fn(i, h):\n    return 'hello 2'\n").unwrap();
+    let out = f.geofaas("tu-berlin", &["deploy", "./hello", "--node", "tu-berlin"]);
+    assert!(out.status.success());
+    let v2 = {
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        let at = s.find(" version ").unwrap() + 9;
+        s[at..at + 12].to_owned()
+    };
+    let want2 = Some((200, v2));
+    let converged = within(Duration::from_secs(20), || async {
+        f.version_at("potsdam", "hello", POTSDAM).await == want2
+            && f.version_at("cloud", "hello", "51.50,-0.12").await == want2
+    })
+    .await;
+    assert!(converged.is_some(), "v2 everywhere: {}", f.log("potsdam"));
+    let rm = f.geofaas(
+        "tu-berlin",
+        &["functions", "rm", "hello", "--node", "tu-berlin"],
+    );
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stdout)
+    );
+    let removed = within(Duration::from_secs(20), || async {
+        f.version_at("potsdam", "hello", POTSDAM)
+            .await
+            .map(|(s, _)| s)
+            == Some(404)
+    })
+    .await;
+    assert!(
+        removed.is_some(),
+        "removed everywhere: {}",
+        f.log("potsdam")
     );
 }

@@ -1,0 +1,251 @@
+//! Deploys across a fleet (`[registry] etcd`): every node converges on the desired version of
+//! each function that etcd records.
+//!
+//! A node that takes a deploy, rollback or removal through its admin API writes the function's
+//! record ([`publish`], [`unpublish`]; `geofaas_fleet::DesiredFunction`: live version, rollout,
+//! the nodes that hold the bundles). Every node follows the records ([`follow`]): for a
+//! function whose record differs from what it serves, it fetches each version it lacks by id
+//! from a node the record names (`GET /node/functions/{name}/versions/{id}`, signed with the
+//! offload secret; [`serve_version`] answers it), checks that the bundle hashes to that id, and
+//! switches to it with the same guarantees as a deploy. A node that was down during a deploy
+//! reads the records when it comes back and catches up the same way. Bundles and secrets never
+//! travel through etcd.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use geofaas_config::headers::OFFLOAD;
+use geofaas_fleet::{DesiredFunction, DesiredFunctions, DesiredRollout, Fleet};
+
+use super::admin::{entries, ENV_HEADER, SECRET_HEADER};
+use super::store::VersionEnv;
+use super::FunctionStatus;
+use crate::error::ApiError;
+use crate::node::{Live, NodeState};
+
+/// How soon a node tries again after a fetch or switch failed.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// The path another node fetches a version at.
+pub fn version_path(name: &str, id: &str) -> String {
+    format!("/node/functions/{name}/versions/{id}")
+}
+
+/// Records `status` as the version every node should serve, when the node is in a fleet; the
+/// error's words when etcd did not take it (this node serves it anyway).
+pub async fn publish(state: &NodeState, status: &FunctionStatus) -> Option<String> {
+    let fleet = state.fleet()?;
+    let live = status.live.clone()?;
+    let desired = DesiredFunction {
+        name: status.name.clone(),
+        live,
+        rollout: status.rollout.as_ref().map(|r| DesiredRollout {
+            version: r.version.clone(),
+            percent: r.percent,
+        }),
+        sources: vec![state.id.clone()],
+        updated_ms: geofaas_fleet::now_ms(),
+    };
+    match fleet.set_function(&desired).await {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::warn!(function = %status.name, error = %e, "the registry did not take the function's record");
+            Some(format!("the registry did not take the record: {e}"))
+        }
+    }
+}
+
+/// Deletes the function's record, when the node is in a fleet.
+pub async fn unpublish(state: &NodeState, name: &str) -> Option<String> {
+    let fleet = state.fleet()?;
+    match fleet.remove_function(name).await {
+        Ok(()) => None,
+        Err(e) => Some(format!("the registry did not delete the record: {e}")),
+    }
+}
+
+/// `GET /node/functions/{name}/versions/{id}`: a kept version's bundle (`application/gzip`)
+/// with its environment in `X-Function-Env` / `X-Function-Secret`, for another node of the
+/// fleet only (offload signature).
+pub async fn serve_version(
+    State(live): State<Arc<Live>>,
+    Path((name, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response<Body>, ApiError> {
+    let state = live.current();
+    let path = version_path(&name, &id);
+    let signed = state.key.as_ref().and_then(|key| {
+        let v = headers.get(OFFLOAD)?.to_str().ok()?;
+        key.verify(v, "GET", &path).map(str::to_owned)
+    });
+    let Some(from) = signed else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "versions are sent to other nodes of the fleet only (a valid node credential)",
+        ));
+    };
+    let deployer = state
+        .deploys
+        .as_deref()
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_deployed", "no deploys here"))?;
+    let (bundle, env) = deployer.export(&name, &id)?;
+    tracing::debug!(function = %name, version = %id, to = %from, "sending a version");
+    let mut resp = Response::new(Body::from(bundle));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/gzip"),
+    );
+    for (list, name) in [(&env.env, ENV_HEADER), (&env.secrets, SECRET_HEADER)] {
+        for (k, v) in list {
+            if let Ok(mut value) = HeaderValue::from_str(&format!("{k}={v}")) {
+                value.set_sensitive(name == SECRET_HEADER);
+                h.append(name, value);
+            }
+        }
+    }
+    Ok(resp)
+}
+
+/// Follows the fleet's records and converges this node on them, until the task is dropped.
+pub async fn follow(live: Arc<Live>, fleet: Arc<Fleet>) {
+    let mut view = fleet.view();
+    while !view.borrow_and_update().synced {
+        if view.changed().await.is_err() {
+            return;
+        }
+    }
+    let mut desired_rx = fleet.functions();
+    let mut before: Option<Arc<DesiredFunctions>> = None;
+    loop {
+        let desired = desired_rx.borrow_and_update().clone();
+        tracing::debug!(functions = desired.len(), "the fleet's function records");
+        let gone: Vec<String> = before
+            .iter()
+            .flat_map(|b| b.keys())
+            .filter(|name| !desired.contains_key(*name))
+            .cloned()
+            .collect();
+        let done = converge(&live.current(), &desired, &gone).await;
+        before = Some(desired);
+        if done {
+            if desired_rx.changed().await.is_err() {
+                return;
+            }
+        } else {
+            tokio::select! {
+                changed = desired_rx.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(RETRY) => {}
+            }
+        }
+    }
+}
+
+/// One pass over the records; whether everything converged.
+async fn converge(state: &NodeState, desired: &DesiredFunctions, gone: &[String]) -> bool {
+    let Ok((deployer, runtime)) = super::admin::target(state) else {
+        return true;
+    };
+    let mut done = true;
+    for want in desired.values() {
+        let have = deployer.status(&want.name).ok().flatten();
+        let serving = have.as_ref().is_some_and(|h| {
+            h.live.as_deref() == Some(want.live.as_str())
+                && h.rollout.as_ref().map(|r| (&r.version, r.percent))
+                    == want.rollout.as_ref().map(|r| (&r.version, r.percent))
+        });
+        if serving {
+            continue;
+        }
+        let ids = std::iter::once(&want.live).chain(want.rollout.iter().map(|r| &r.version));
+        let mut complete = true;
+        for id in ids {
+            if !deployer.has_version(&want.name, id) {
+                if let Err(e) = fetch(state, deployer, want, id).await {
+                    tracing::warn!(function = %want.name, version = %id, error = %e, "cannot fetch the fleet's version yet");
+                    complete = false;
+                }
+            }
+        }
+        let rollout = want
+            .rollout
+            .as_ref()
+            .map(|r| (r.version.as_str(), r.percent));
+        let applied = match complete {
+            true => {
+                deployer
+                    .apply(&runtime, &want.name, &want.live, rollout)
+                    .await
+            }
+            false => Err(ApiError::new(StatusCode::CONFLICT, "incomplete", "")),
+        };
+        if let Err(e) = applied {
+            if complete {
+                tracing::warn!(function = %want.name, error = %e, "cannot switch to the fleet's version");
+            }
+            done = false;
+        }
+    }
+    for name in gone {
+        if let Err(e) = deployer.remove(&runtime, name).await {
+            tracing::warn!(function = %name, error = %e, "cannot remove a function the fleet removed");
+        }
+    }
+    done
+}
+
+/// Fetches version `id` from the record's sources, then any other node, and keeps it.
+async fn fetch(
+    state: &NodeState,
+    deployer: &super::Deployer,
+    want: &DesiredFunction,
+    id: &str,
+) -> Result<(), String> {
+    let (Some(key), Some(client)) = (&state.key, state.peer_client()) else {
+        return Err("this node has no offload secret, so it cannot fetch from other nodes".into());
+    };
+    let path = version_path(&want.name, id);
+    let others = state.topology.nodes.iter().map(|n| &n.id);
+    let mut order: Vec<&String> = want.sources.iter().collect();
+    order.extend(others.filter(|n| !want.sources.contains(n)));
+    let mut last = String::from("no other node");
+    for source in order.into_iter().filter(|n| **n != state.id) {
+        let Some(node) = state.topology.node(source) else {
+            continue;
+        };
+        let url = format!("{}{path}", node.public_url.as_str().trim_end_matches('/'));
+        let sent = client
+            .get(url)
+            .header(OFFLOAD, key.sign(&state.id, "GET", &path))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                last = format!("{source}: {}", r.status());
+                continue;
+            }
+            Err(e) => {
+                last = format!("{source}: {e}");
+                continue;
+            }
+        };
+        let env = VersionEnv {
+            env: entries(resp.headers(), ENV_HEADER).map_err(|e| e.message)?,
+            secrets: entries(resp.headers(), SECRET_HEADER).map_err(|e| e.message)?,
+        };
+        let body = resp.bytes().await.map_err(|e| format!("{source}: {e}"))?;
+        deployer
+            .import(&want.name, id, &body, env)
+            .await
+            .map_err(|e| format!("{source}: {}", e.message))?;
+        tracing::info!(function = %want.name, version = %id, from = %source, "fetched a version");
+        return Ok(());
+    }
+    Err(last)
+}
