@@ -309,11 +309,20 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     report(&results, started, |json| {
         let f = &json["function"];
         format!(
-            "version {} {}",
+            "version {} {}{}",
             json["version"].as_str().unwrap_or("?"),
-            serving(f)
+            serving(f),
+            registry_note(json)
         )
     })
+}
+
+/// What a node said about the fleet's record, when etcd did not take it.
+fn registry_note(json: &Value) -> String {
+    match json["registry_error"].as_str() {
+        Some(e) => format!(" (served here; {e})"),
+        None => String::new(),
+    }
 }
 
 /// Runs `geofaas rollback`.
@@ -327,7 +336,9 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     let results = nodes
         .each(|n| nodes.request(reqwest::Method::POST, n, &path))
         .await;
-    report(&results, started, |json| serving(&json["function"]))
+    report(&results, started, |json| {
+        format!("{}{}", serving(&json["function"]), registry_note(json))
+    })
 }
 
 /// Runs `geofaas functions ls|rm`.
