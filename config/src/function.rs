@@ -30,6 +30,12 @@ pub struct FunctionConfig {
     /// (for backends such as tinyFaaS that answer 200 even when the function failed). Default none.
     #[serde(default)]
     pub failure_marker: Option<String>,
+    /// Offload a call to the cloud (or try the next backend) also when the function ran and
+    /// failed, as the GeoFaaS paper does: the function may then run twice, so only for
+    /// functions without side effects. Default false: a function that ran and failed is
+    /// answered with its failure at once.
+    #[serde(default)]
+    pub retry_on_error: bool,
 }
 
 fn default_cpu_ms() -> f64 {
@@ -63,6 +69,7 @@ impl FunctionConfig {
             input_kb: default_input_kb(),
             slo_ms: default_slo_ms(),
             failure_marker: None,
+            retry_on_error: false,
         }
     }
 }

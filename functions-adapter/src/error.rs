@@ -48,10 +48,10 @@ pub enum InvokeError {
     /// The backend rejected our credentials.
     #[error("backend rejected credentials: {0}")]
     Auth(String),
-    /// The backend is unreachable or answered with a server error.
+    /// The backend is unreachable, or refused the call before the function started.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
-    /// Transport failure talking to the backend.
+    /// Transport failure after the request was (partly) sent: the function may have run.
     #[error("network error: {0}")]
     Network(String),
     /// The backend answered something that does not follow its protocol.
@@ -74,6 +74,30 @@ impl InvokeError {
             | Self::Unavailable(_)
             | Self::Protocol(_)
             | Self::CircuitOpen => Fault::Backend,
+        }
+    }
+
+    /// Whether the function may have started running before this failure, so that running the
+    /// call again elsewhere could repeat its side effects.
+    ///
+    /// `false` only where the call never reached the function: not deployed, no capacity,
+    /// circuit open, credentials refused, backend unreachable or refusing before the start
+    /// ([`InvokeError::Unavailable`]). A function that ran and failed (or crashed, or wrote too
+    /// much), a connection lost after the request was sent ([`InvokeError::Network`]), a reply
+    /// that breaks the protocol and a timeout all may have run. The gateway moves a call to
+    /// another backend or node only when this is `false`, and on a timeout (docs/backends.md).
+    pub fn may_have_run(&self) -> bool {
+        match self {
+            Self::FunctionFailed { .. }
+            | Self::OutputTooLarge { .. }
+            | Self::Timeout(_)
+            | Self::Network(_)
+            | Self::Protocol(_) => true,
+            Self::UnknownFunction(_)
+            | Self::Overloaded { .. }
+            | Self::Auth(_)
+            | Self::Unavailable(_)
+            | Self::CircuitOpen => false,
         }
     }
 

@@ -120,11 +120,19 @@ impl ApiError {
                 "output_too_large",
                 format!("function {function:?} returned more than {limit} bytes"),
             ),
-            InvokeError::Overloaded { .. } | InvokeError::CircuitOpen => Self::new(
+            InvokeError::Overloaded { retry_after } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",
                 format!("no backend can take {function:?} now; retry later"),
-            ),
+            )
+            // The backend's own word on when to come back, else a second.
+            .retry_after(retry_after.map_or(1, |d| d.as_secs_f64().ceil() as u64)),
+            InvokeError::CircuitOpen => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                format!("no backend can take {function:?} now; retry later"),
+            )
+            .retry_after(1),
             _ => Self::new(
                 StatusCode::BAD_GATEWAY,
                 "backend_failed",

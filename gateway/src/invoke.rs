@@ -11,8 +11,14 @@
 //!    A call forwarded here by another node is never forwarded again: it waits for a permit
 //!    like a call at the cloud, and the policy only picks warm or new;
 //! 4. each backend in turn; a failure moves on to the next backend and finally to the cloud
-//!    (`backend_failed`). The error's [`Fault`] says what the answer is when nothing is left:
-//!    "not deployed" is the client's `404`, anything else a `5xx` naming the last failure.
+//!    (`backend_failed`) only when the call did not run there
+//!    ([`InvokeError::may_have_run`]: not deployed, no capacity, circuit open, unreachable), or
+//!    on a timeout (the paper's rule, the one case where a function may run twice; the timed-out
+//!    instance is stopped), or when the function opts in (`retry_on_error = true`). A function
+//!    that ran and failed is answered at once with its failure (`502`), never run again. The
+//!    error's [`Fault`] says what the answer is when nothing is left: "not deployed" is the
+//!    client's `404`, anything else a `5xx` naming the last failure (with the backend's
+//!    `Retry-After` when it was overloaded).
 //!
 //! [`run`] returns an [`Outcome`], whose answer says where the call ran and why
 //! (`X-Placement`, `X-Placement-Reason`); [`Outcome::into_response`] turns it into the answer.
@@ -340,6 +346,9 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
         Err(e) => e,
     };
     drop(permit);
+    if !may_move_on(state, &call.function, &err) {
+        return Outcome::Failed(ApiError::from_invoke(&call.function, &err));
+    }
     let reason = match err.fault() {
         // Every backend here said "not deployed" after all: the lists were stale.
         Fault::Client => OffloadReason::NotHere,
@@ -502,12 +511,27 @@ async fn try_backends(
         match result {
             Ok(out) => return Ok(out),
             Err(e) => {
-                tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+                tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), ran = e.may_have_run(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+                let stop = !may_move_on(state, &call.function, &e);
                 last = Some(e);
+                if stop {
+                    break;
+                }
             }
         }
     }
     Err(last.unwrap_or_else(|| InvokeError::UnknownFunction(call.function.clone())))
+}
+
+/// Whether a call that failed with `err` may run elsewhere: when it never ran there, after a
+/// timeout, or when the function's profile says `retry_on_error = true`.
+fn may_move_on(state: &NodeState, function: &str, err: &InvokeError) -> bool {
+    !err.may_have_run()
+        || matches!(err, InvokeError::Timeout(_))
+        || state
+            .topology
+            .function(function)
+            .is_some_and(|f| f.retry_on_error)
 }
 
 /// Durations the gateway measured itself, for `Server-Timing`.

@@ -501,7 +501,8 @@ impl LocalRuntime {
             outcome = tokio::time::timeout(left, call_fut) => outcome,
             () = self.inner.stop.cancelled() => {
                 drop(Object::take(worker));
-                return Err(InvokeError::Unavailable("local runtime shut down".into()));
+                // The function had started: a lost call, not one that never ran.
+                return Err(InvokeError::Network("the local runtime shut down during the call".into()));
             }
         };
         let elapsed = exec_started.elapsed();

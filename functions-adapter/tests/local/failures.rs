@@ -197,9 +197,11 @@ async fn full_pool_makes_callers_wait_then_overloaded() {
         "{queued:?}"
     );
     rt.shutdown().await;
+    // The running call was cut off after the function started: lost, and it may have run (so
+    // the gateway does not run it again elsewhere).
     let first = busy.await.expect("join");
     assert!(
-        matches!(first, Err(InvokeError::Unavailable(_))),
+        matches!(&first, Err(e @ InvokeError::Network(_)) if e.may_have_run()),
         "{first:?}"
     );
     assert_gone(pid).await;

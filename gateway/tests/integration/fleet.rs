@@ -468,7 +468,7 @@ async fn a_retry_at_the_cloud_after_the_edge_died_gets_the_first_answer() {
     );
     assert_eq!(
         listed["nodes"]["tu-berlin"]["functions"],
-        serde_json::json!(["counter", "doze", "flaky", "nap", "slow"]),
+        serde_json::json!(["counter", "doze", "flaky", "nap", "sidefx", "slow"]),
         "{listed}"
     );
 

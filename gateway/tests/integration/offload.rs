@@ -64,3 +64,55 @@ async fn forged_offload_credential_is_not_honoured_but_a_client_retry_is() {
     assert_eq!(retry.headers()["x-served-by"], "cloud");
     c.stop().await;
 }
+
+/// `curl` of `function` at tu-berlin from Berlin with `body`: status, `X-Served-By`, body.
+fn curl_at_the_edge(c: &Cluster, function: &str, body: &str) -> (String, String, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--http2", "--cacert"])
+        .arg(c.ca_file.path())
+        .args(["-H", &format!("X-Client-Location: {BERLIN}"), "-d", body])
+        .args(["-w", "\n%{http_code} %header{x-served-by}"])
+        .arg(format!("{}/fn/{function}", c.url("tu-berlin")))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, tail) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    let (status, served_by) = tail.split_once(' ').unwrap_or((tail, ""));
+    (status.to_owned(), served_by.to_owned(), body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_that_fails_after_a_side_effect_runs_once_unless_it_opts_in() {
+    // Edge and cloud both serve `sidefx`; it writes a line, then raises on the first one.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().display().to_string();
+    let lines = || {
+        std::fs::read_to_string(file.path())
+            .unwrap()
+            .lines()
+            .count()
+    };
+    let c = Cluster::start(1 << 20).await;
+    let (status, served_by, body) = curl_at_the_edge(&c, "sidefx", &path);
+    assert_eq!((status.as_str(), served_by.as_str()), ("502", ""), "{body}");
+    assert!(
+        body.contains("function_failed") && body.contains("sidefx"),
+        "{body}"
+    );
+    assert!(body.contains("failed after writing line 1"), "{body}");
+    assert_eq!(lines(), 1, "the function ran again after it failed");
+    c.stop().await;
+
+    // With `retry_on_error = true` (the paper's mode) the cloud runs it again and answers.
+    std::fs::write(file.path(), "").unwrap();
+    let c = Cluster::start_with(|ports| {
+        crate::cluster::topology_text(ports, 1 << 20)
+            + "\n[[function]]\nname = \"sidefx\"\nretry_on_error = true\n"
+    })
+    .await;
+    let (status, served_by, body) = curl_at_the_edge(&c, "sidefx", &path);
+    assert_eq!((status.as_str(), served_by.as_str()), ("200", "cloud"));
+    assert_eq!(body, "ok after 2 lines");
+    assert_eq!(lines(), 2);
+    c.stop().await;
+}

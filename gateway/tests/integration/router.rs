@@ -274,6 +274,68 @@ async fn failover_follows_the_error_and_the_last_error_is_the_answer() {
 }
 
 #[tokio::test]
+async fn a_call_that_ran_and_failed_is_not_run_again_and_retry_after_reaches_the_client() {
+    let failing = |e: fn() -> InvokeError| {
+        Arc::new(MemoryBackend::new().with("f", move |_| Err(e()))) as Arc<dyn FunctionBackend>
+    };
+    let ok = || {
+        Arc::new(MemoryBackend::new().with("f", |_| {
+            Ok(InvokeOutput {
+                body: "second".into(),
+                ..Default::default()
+            })
+        }))
+    };
+    // The function ran (and failed, crashed, wrote too much, or the connection broke after the
+    // request went out): the next backend never sees the call.
+    for (err, code) in [
+        (
+            (|| InvokeError::FunctionFailed {
+                message: "raised after a side effect".into(),
+                body: None,
+            }) as fn() -> InvokeError,
+            "function_failed",
+        ),
+        (
+            || InvokeError::Network("reset after the request".into()),
+            "backend_failed",
+        ),
+        (
+            || InvokeError::OutputTooLarge { limit: 1 },
+            "output_too_large",
+        ),
+    ] {
+        let second = ok();
+        let r = node("cloud", vec![failing(err), second.clone()]);
+        let got = error_code(send(&r, post("/fn/f", None, "")).await).await;
+        assert_eq!(got, (StatusCode::BAD_GATEWAY, code.to_owned()));
+        assert_eq!(second.calls("f"), 0, "{code}: run again");
+    }
+    // It did not run (refused, overloaded, circuit open), or timed out: the next one takes it.
+    for err in [
+        (|| InvokeError::Unavailable("refused".into())) as fn() -> InvokeError,
+        || InvokeError::Overloaded { retry_after: None },
+        || InvokeError::CircuitOpen,
+        || InvokeError::Timeout(std::time::Duration::from_millis(5)),
+    ] {
+        let second = ok();
+        let r = node("cloud", vec![failing(err), second.clone()]);
+        assert_eq!(send(&r, post("/fn/f", None, "")).await.status(), 200);
+        assert_eq!(second.calls("f"), 1);
+    }
+    // A backend's Retry-After reaches the client when nothing else can take the call.
+    let r = node(
+        "cloud",
+        vec![failing(|| InvokeError::Overloaded {
+            retry_after: Some(std::time::Duration::from_secs(7)),
+        })],
+    );
+    let resp = send(&r, post("/fn/f", None, "")).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "7");
+}
+
+#[tokio::test]
 async fn only_the_cloud_honours_a_client_retry_header() {
     let (edge, backend) = echo_node("cbd");
     let req = Request::post("/fn/echo")
