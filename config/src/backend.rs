@@ -32,6 +32,18 @@ impl BackendConfig {
         }
     }
 
+    /// What is wrong with this entry for a running platform: (field, value, reason), the
+    /// field relative to the backend (e.g. `role`).
+    pub(crate) fn check(&self) -> Result<(), crate::security::Problem> {
+        match self {
+            BackendConfig::Lambda(b) => b.check(),
+            BackendConfig::Tinyfaas(b) if b.threads == 0 => {
+                Err(("threads".into(), "0".into(), "must be at least 1".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The functions the topology says this backend serves, where it lists them (`local` and
     /// `lambda` backends); `None` when the backend is asked at run time.
     pub fn functions(&self) -> Option<&[String]> {
@@ -151,6 +163,32 @@ pub struct TinyfaasBackend {
     /// Default 5000.
     #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
+    /// `geofaas deploy` uploads functions here too (`POST {manager_url}/upload`), beside the
+    /// node's embedded runtime. tinyFaaS takes only alphanumeric function names. Default false.
+    #[serde(default)]
+    pub deploy: bool,
+    /// Handler containers tinyFaaS starts for a deployed function (the upload's `threads`),
+    /// at least 1. Default 1.
+    #[serde(default = "default_threads")]
+    pub threads: u32,
+}
+
+fn default_threads() -> u32 {
+    1
+}
+
+/// Platform runtime names for the folder runtimes a deploy can carry, where the platform's
+/// default is not wanted (`runtimes = { python3 = "python3.13" }`). A field left out takes the
+/// platform's default, which the backend's `runtimes` field documents.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRuntimes {
+    /// For `python3` folders (`fn.py`).
+    #[serde(default)]
+    pub python3: Option<String>,
+    /// For `nodejs` folders (`index.js` or `package.json`).
+    #[serde(default)]
+    pub nodejs: Option<String>,
 }
 
 /// An Apache OpenWhisk deployment.
@@ -184,6 +222,15 @@ pub struct OpenwhiskBackend {
     /// Default 5000.
     #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
+    /// `geofaas deploy` installs functions here too, as actions created or replaced with
+    /// `PUT …/actions/[{package}/]{name}?overwrite=true` (python3 and nodejs folders; see
+    /// `docs/backends.md`). Default false.
+    #[serde(default)]
+    pub deploy: bool,
+    /// Action kinds for deployed folders. Default `python3 = "python:default"`,
+    /// `nodejs = "nodejs:default"` (the controller's blessed versions).
+    #[serde(default)]
+    pub runtimes: DeployRuntimes,
 }
 
 fn default_namespace() -> String {
@@ -253,4 +300,51 @@ pub struct LambdaBackend {
     /// Default 5000.
     #[serde(default = "default_breaker_cooldown_ms")]
     pub breaker_cooldown_ms: u64,
+    /// `geofaas deploy` installs functions here too: CreateFunction, or UpdateFunctionCode and
+    /// UpdateFunctionConfiguration when the function exists (python3 and nodejs folders; see
+    /// `docs/backends.md`). Needs `role`. Default false.
+    #[serde(default)]
+    pub deploy: bool,
+    /// ARN of the execution role deployed functions run as
+    /// (`arn:aws:iam::<account>:role/<name>`); required when `deploy = true`. Default none.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// Lambda runtimes for deployed folders. Default `python3 = "python3.12"`,
+    /// `nodejs = "nodejs20.x"`.
+    #[serde(default)]
+    pub runtimes: DeployRuntimes,
+    /// Memory of a deployed function in MB (128-10240); default Lambda's own (128).
+    #[serde(default)]
+    pub memory_mb: Option<u32>,
+}
+
+impl LambdaBackend {
+    fn check(&self) -> Result<(), crate::security::Problem> {
+        let problem = |field: &str, value: &str, reason: &str| {
+            Err((field.to_owned(), value.to_owned(), reason.to_owned()))
+        };
+        match (&self.role, self.deploy) {
+            (None, true) => {
+                return problem(
+                    "role",
+                    "(missing)",
+                    "deploy = true needs the ARN of the execution role deployed functions run as",
+                )
+            }
+            (Some(role), _) if !role.starts_with("arn:") || !role.contains(":role/") => {
+                return problem(
+                    "role",
+                    role,
+                    "an IAM role ARN, e.g. arn:aws:iam::123456789012:role/geofaas-functions",
+                )
+            }
+            _ => {}
+        }
+        match self.memory_mb {
+            Some(mb) if !(128..=10_240).contains(&mb) => {
+                problem("memory_mb", &mb.to_string(), "Lambda takes 128 to 10240 MB")
+            }
+            _ => Ok(()),
+        }
+    }
 }

@@ -443,3 +443,102 @@ fn registry_tls_paths_are_relative_to_the_file_and_credentials_come_from_the_env
     assert!(reason.contains("GEOFAAS_TEST_ETCD_U"), "{reason}");
     assert_eq!(RegistrySettings::new(vec![]).credentials(), Ok(None));
 }
+
+/// The Berlin example with a second backend at the cloud node.
+fn berlin_with_cloud_backend(backend: &str) -> String {
+    let cloud =
+        "[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"../functions\"\n\n[[function]]";
+    berlin_with(
+        cloud,
+        &format!(
+            "[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"../functions\"\n\
+             [[node.backend]]\n{backend}\n\n[[function]]"
+        ),
+    )
+}
+
+#[test]
+fn remote_deploys_are_off_by_default_and_lambda_deploys_need_a_role() {
+    let lambda = "kind = \"lambda\"\nregion = \"eu-central-1\"";
+    let t = Topology::parse(
+        &berlin_with_cloud_backend(lambda),
+        "bad.toml",
+        Path::new("examples"),
+    )
+    .expect("a lambda backend without deploy needs no role");
+    let crate::BackendConfig::Lambda(b) = &t.node("cloud").unwrap().backends[1] else {
+        panic!("second cloud backend is the lambda one");
+    };
+    assert!(!b.deploy);
+    assert_eq!(b.role, None);
+    assert_eq!(b.runtimes, crate::backend::DeployRuntimes::default());
+
+    let err = invalid(&berlin_with_cloud_backend(&format!(
+        "{lambda}\ndeploy = true"
+    )));
+    assert_eq!(err.field(), Some("node[cloud].backend[1].role"), "{err}");
+    assert!(err.to_string().contains("execution role"), "{err}");
+
+    let err = invalid(&berlin_with_cloud_backend(&format!(
+        "{lambda}\ndeploy = true\nrole = \"geofaas-functions\""
+    )));
+    assert_eq!(err.field(), Some("node[cloud].backend[1].role"), "{err}");
+    assert!(err.to_string().contains("geofaas-functions"), "{err}");
+
+    let err = invalid(&berlin_with_cloud_backend(&format!(
+        "{lambda}\ndeploy = true\nrole = \"arn:aws:iam::123456789012:role/f\"\nmemory_mb = 64"
+    )));
+    assert_eq!(
+        err.field(),
+        Some("node[cloud].backend[1].memory_mb"),
+        "{err}"
+    );
+
+    let ok = berlin_with_cloud_backend(&format!(
+        "{lambda}\ndeploy = true\nrole = \"arn:aws:iam::123456789012:role/f\"\n\
+         runtimes = {{ python3 = \"python3.13\" }}"
+    ));
+    let t = Topology::parse(&ok, "ok.toml", Path::new("examples")).expect("valid");
+    let crate::BackendConfig::Lambda(b) = &t.node("cloud").unwrap().backends[1] else {
+        panic!("lambda");
+    };
+    assert!(b.deploy);
+    assert_eq!(b.runtimes.python3.as_deref(), Some("python3.13"));
+    assert_eq!(b.runtimes.nodejs, None);
+}
+
+#[test]
+fn tinyfaas_and_openwhisk_deploy_fields_have_defaults_and_are_checked() {
+    let tiny = "kind = \"tinyfaas\"\nurl = \"http://10.0.0.5:8000\"\nmanager_url = \"http://10.0.0.5:8080\"";
+    let t = Topology::parse(
+        &berlin_with_cloud_backend(&format!("{tiny}\ndeploy = true")),
+        "ok.toml",
+        Path::new("examples"),
+    )
+    .expect("valid");
+    let crate::BackendConfig::Tinyfaas(b) = &t.node("cloud").unwrap().backends[1] else {
+        panic!("tinyfaas");
+    };
+    assert!(b.deploy);
+    assert_eq!(b.threads, 1);
+    let err = invalid(&berlin_with_cloud_backend(&format!("{tiny}\nthreads = 0")));
+    assert_eq!(err.field(), Some("node[cloud].backend[1].threads"), "{err}");
+
+    let ow = "kind = \"openwhisk\"\napi_host = \"https://ow.example\"\ndeploy = true\n\
+              runtimes = { nodejs = \"nodejs:18\" }";
+    let t = Topology::parse(
+        &berlin_with_cloud_backend(ow),
+        "ok.toml",
+        Path::new("examples"),
+    )
+    .expect("valid");
+    let crate::BackendConfig::Openwhisk(b) = &t.node("cloud").unwrap().backends[1] else {
+        panic!("openwhisk");
+    };
+    assert!(b.deploy);
+    assert_eq!(b.runtimes.nodejs.as_deref(), Some("nodejs:18"));
+    let err = invalid(&berlin_with_cloud_backend(
+        "kind = \"openwhisk\"\napi_host = \"https://ow.example\"\nruntimes = { binary = \"blackbox\" }",
+    ));
+    assert!(err.to_string().contains("binary"), "{err}");
+}

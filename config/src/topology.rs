@@ -492,6 +492,11 @@ impl Topology {
                     "the URL has no host",
                 ));
             }
+            for (i, backend) in node.backends.iter().enumerate() {
+                backend.check().map_err(|(f, value, reason)| {
+                    self.invalid(field(&format!("backend[{i}].{f}")), value, reason)
+                })?;
+            }
             let area = match (&node.area, node.role) {
                 (None, Role::Cloud) => Area::World,
                 (None, Role::Edge) => {

@@ -244,6 +244,21 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         self.inner.local()
     }
 
+    fn deploys(&self) -> bool {
+        self.inner.deploys()
+    }
+
+    async fn deploy(&self, fun: &crate::RemoteDeploy) -> Result<(), InvokeError> {
+        let span = tracing::info_span!("backend_deploy", backend = self.inner.kind(), function = %fun.name, version = %fun.version);
+        let outcome = self.inner.deploy(fun).instrument(span.clone()).await;
+        match &outcome {
+            // The function list changed: the next read asks the backend.
+            Ok(()) => self.catalog.invalidate().await,
+            Err(err) => tracing::warn!(parent: &span, error = %err, "deploy failed"),
+        }
+        outcome
+    }
+
     async fn health(&self) -> Health {
         if self.breaker.state() == BreakerState::Open {
             return Health::Unhealthy("circuit open after repeated failures".to_owned());

@@ -111,6 +111,7 @@ fn copy_error(err: &InvokeError) -> InvokeError {
         InvokeError::Unavailable(m) => InvokeError::Unavailable(m.clone()),
         InvokeError::Network(m) => InvokeError::Network(m.clone()),
         InvokeError::Protocol(m) => InvokeError::Protocol(m.clone()),
+        InvokeError::Refused(m) => InvokeError::Refused(m.clone()),
         InvokeError::CircuitOpen => InvokeError::CircuitOpen,
     }
 }

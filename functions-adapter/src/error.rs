@@ -57,6 +57,11 @@ pub enum InvokeError {
     /// The backend answered something that does not follow its protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The backend cannot take what was asked as it was asked (a deploy of a runtime or a name
+    /// the platform has no place for, or a deploy the platform refused with a 4xx); the string
+    /// names the platform, the function and the platform's words. Retrying will not help.
+    #[error("{0}")]
+    Refused(String),
     /// The circuit breaker is open: the backend failed recently and is skipped for now.
     #[error("backend skipped: circuit open")]
     CircuitOpen,
@@ -66,7 +71,7 @@ impl InvokeError {
     /// Whose fault the failure was.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::UnknownFunction(_) => Fault::Client,
+            Self::UnknownFunction(_) | Self::Refused(_) => Fault::Client,
             Self::FunctionFailed { .. } | Self::OutputTooLarge { .. } => Fault::Function,
             Self::Timeout(_) | Self::Network(_) => Fault::Network,
             Self::Overloaded { .. }

@@ -9,7 +9,13 @@
 //! Lambda payloads are JSON: a body that parses as JSON is sent as it is, an empty body as
 //! `{}`, any other body as a JSON string (base64 when not UTF-8). Credentials come from the
 //! standard environment variables `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
-//! `AWS_SESSION_TOKEN`, never from the topology.
+//! `AWS_SESSION_TOKEN`, never from the topology. A function geofaas deployed answers
+//! `{"geofaas_body": …}` through its wrapper, which is unwrapped into the raw output.
+//!
+//! Deploys (`deploy = true`, in `lambda_deploy.rs`): CreateFunction, or on
+//! `409 ResourceConflictException` UpdateFunctionCode then UpdateFunctionConfiguration, each
+//! followed by GetFunctionConfiguration until the function is `Active` and its last update
+//! `Successful` (Lambda refuses a second update while one is in progress).
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,7 +34,13 @@ use serde_json::Value;
 
 use crate::factory::BuildError;
 use crate::http_common::{self, Reply, PROBE_TIMEOUT};
-use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
+use crate::package;
+use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput, RemoteDeploy};
+
+/// The Lambda runtime of deployed `python3` folders unless `runtimes.python3` says otherwise.
+const DEFAULT_PYTHON: &str = "python3.12";
+/// The Lambda runtime of deployed `nodejs` folders unless `runtimes.nodejs` says otherwise.
+const DEFAULT_NODEJS: &str = "nodejs20.x";
 
 /// Talks to Lambda (or an endpoint speaking its Invoke API) in one region.
 #[derive(Debug)]
@@ -41,6 +53,16 @@ pub struct LambdaAdapter {
     invocation_type: LambdaInvocationType,
     functions: Option<Vec<String>>,
     names: NameMap,
+    deploy: Option<Deploying>,
+}
+
+/// What a deploy needs beside the code (`deploy = true`).
+#[derive(Debug)]
+struct Deploying {
+    role: Option<String>,
+    python3: String,
+    nodejs: String,
+    memory_mb: Option<u32>,
 }
 
 /// Platform function names to Lambda function names and back.
@@ -110,6 +132,16 @@ impl LambdaAdapter {
                 prefix: cfg.function_prefix.clone().unwrap_or_default(),
                 overrides: cfg.lambda_names.clone(),
             },
+            deploy: cfg.deploy.then(|| Deploying {
+                role: cfg.role.clone(),
+                python3: (cfg.runtimes.python3.as_deref())
+                    .unwrap_or(DEFAULT_PYTHON)
+                    .to_owned(),
+                nodejs: (cfg.runtimes.nodejs.as_deref())
+                    .unwrap_or(DEFAULT_NODEJS)
+                    .to_owned(),
+                memory_mb: cfg.memory_mb,
+            }),
         })
     }
 
@@ -224,8 +256,11 @@ impl LambdaAdapter {
     }
 }
 
+#[path = "lambda_deploy.rs"]
+mod deploy;
+
 /// The JSON payload Lambda gets for a raw body.
-fn payload(body: &Bytes) -> Bytes {
+pub(crate) fn payload(body: &Bytes) -> Bytes {
     if body.is_empty() {
         return Bytes::from_static(b"{}");
     }
@@ -255,6 +290,14 @@ fn classify(function: &str, reply: Reply, started: Instant) -> Result<InvokeOutp
                 return Err(InvokeError::FunctionFailed {
                     message: format!("{function}: {kind} error: {message}"),
                     body: Some(reply.body),
+                });
+            }
+            // A function geofaas deployed answers through its wrapper: unwrap the raw output.
+            if let Some(body) = package::unwrap_body(&reply.body) {
+                return Ok(InvokeOutput {
+                    body,
+                    exec: started.elapsed(),
+                    ..InvokeOutput::default()
                 });
             }
             Ok(InvokeOutput {
@@ -306,6 +349,14 @@ impl FunctionBackend for LambdaAdapter {
             Some(names) => Ok(names.clone()),
             None => self.list_remote().await,
         }
+    }
+
+    fn deploys(&self) -> bool {
+        self.deploy.is_some()
+    }
+
+    async fn deploy(&self, fun: &RemoteDeploy) -> Result<(), InvokeError> {
+        self.deploy_function(fun).await
     }
 
     async fn health(&self) -> Health {

@@ -2,6 +2,7 @@
 //!
 //! - [`local`]: the embedded runtime (tinyFaaS-format folders run as warm worker processes);
 //! - [`tinyfaas`], [`openwhisk`], [`lambda`]: adapters speaking each platform's wire protocol;
+//! - `package`: the zip archives and entry wrappers a [`RemoteDeploy`] sends to each platform;
 //! - [`breaker`] and [`catalog`]: [`Guarded`] puts a circuit breaker and a cached function list
 //!   in front of any backend; [`build_backend`] builds a guarded backend from the topology.
 //!
@@ -18,6 +19,7 @@ mod http_common;
 pub mod lambda;
 pub mod local;
 pub mod openwhisk;
+mod package;
 pub mod tinyfaas;
 mod upstream;
 
@@ -102,6 +104,22 @@ pub struct InvokeOutput {
     pub version: Option<std::sync::Arc<str>>,
 }
 
+/// A function version to install on a remote platform (`geofaas deploy` at a node whose
+/// backend has `deploy = true`).
+#[derive(Clone, Debug)]
+pub struct RemoteDeploy {
+    /// Function name.
+    pub name: String,
+    /// geofaas version id (12 hex), for logs, descriptions and tags.
+    pub version: String,
+    /// The folder's runtime.
+    pub runtime: local::Runtime,
+    /// The unpacked, checked function folder (regular files only).
+    pub dir: std::path::PathBuf,
+    /// `--env` and `--secret` entries (values are never logged).
+    pub env: Vec<(String, String)>,
+}
+
 /// Health of a backend as its probe sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -147,5 +165,19 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
     /// The embedded runtime behind this backend, where it is one (deploys install into it).
     fn local(&self) -> Option<&LocalRuntime> {
         None
+    }
+
+    /// Whether `geofaas deploy` installs functions on this backend too (`deploy = true`).
+    fn deploys(&self) -> bool {
+        false
+    }
+
+    /// Installs `fun` through the platform's own API, replacing a function of that name.
+    async fn deploy(&self, fun: &RemoteDeploy) -> Result<(), InvokeError> {
+        let _ = fun;
+        Err(InvokeError::Unavailable(format!(
+            "the {} backend does not take deploys",
+            self.kind()
+        )))
     }
 }

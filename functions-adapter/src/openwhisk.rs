@@ -10,13 +10,19 @@
 //!
 //! Parameters: a body that is a JSON object is passed as the action's parameters; any other
 //! body is passed as `{"__ow_body": "<text>"}` (base64 when not UTF-8, as web actions do). The
-//! output is the action's JSON result.
+//! output is the action's JSON result, except for an action geofaas deployed, whose wrapper's
+//! `{"geofaas_body": …}` is unwrapped into the function's raw output.
+//!
+//! Deploys (`deploy = true`): `PUT …/actions/[{pkg}/]{name}?overwrite=true` with the folder and
+//! its wrapper as a zip (`exec.binary`), the environment as `init` parameters; see `package`
+//! and `docs/backends.md`.
 
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use base64::Engine as _;
 use bytes::Bytes;
+use geofaas_config::backend::DeployRuntimes;
 use geofaas_config::function::valid_function_name;
 use geofaas_config::OpenwhiskBackend;
 use http::StatusCode;
@@ -25,10 +31,15 @@ use serde_json::{json, Value};
 
 use crate::factory::BuildError;
 use crate::http_common::{self, Reply, PROBE_TIMEOUT};
-use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
+use crate::local::Runtime;
+use crate::package;
+use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput, RemoteDeploy};
 
 /// The longest blocking wait an OpenWhisk controller grants, in milliseconds.
 const MAX_BLOCKING_WAIT_MS: u128 = 60_000;
+
+/// Budget of one action PUT (the controller stores the code before it answers).
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Talks to one OpenWhisk deployment.
 #[derive(Debug)]
@@ -41,6 +52,8 @@ pub struct OpenwhiskAdapter {
     key: String,
     timeout: Duration,
     poll_interval: Duration,
+    deploy: bool,
+    runtimes: DeployRuntimes,
 }
 
 impl OpenwhiskAdapter {
@@ -69,6 +82,8 @@ impl OpenwhiskAdapter {
             key: key.to_owned(),
             timeout: Duration::from_millis(cfg.timeout_ms),
             poll_interval: Duration::from_millis(cfg.poll_interval_ms.max(1)),
+            deploy: cfg.deploy,
+            runtimes: cfg.runtimes.clone(),
         })
     }
 
@@ -82,6 +97,45 @@ impl OpenwhiskAdapter {
             .push(&self.namespace)
             .extend(rest);
         Ok(url)
+    }
+
+    /// `{api}/namespaces/{ns}/actions/[{pkg}/]{name}`.
+    fn action_url(&self, name: &str) -> Result<Url, InvokeError> {
+        let mut segments = vec!["actions"];
+        if let Some(pkg) = &self.package {
+            segments.push(pkg);
+        }
+        segments.push(name);
+        self.url(&segments)
+    }
+
+    /// The action a deploy PUTs: the archive with its wrapper as `exec`, the environment as
+    /// init parameters (exported to the action's environment, not passed as arguments), and
+    /// annotations that keep them from being overridden by a call or joined by the API key.
+    fn action(&self, fun: &RemoteDeploy, zip: &[u8]) -> Value {
+        let kind = match fun.runtime {
+            Runtime::Nodejs => self.runtimes.nodejs.as_deref().unwrap_or("nodejs:default"),
+            _ => self.runtimes.python3.as_deref().unwrap_or("python:default"),
+        };
+        let parameters: Vec<Value> = fun
+            .env
+            .iter()
+            .map(|(key, value)| json!({"key": key, "value": value, "init": true}))
+            .collect();
+        json!({
+            "exec": {
+                "kind": kind,
+                "code": base64::engine::general_purpose::STANDARD.encode(zip),
+                "binary": true,
+                "main": "main",
+            },
+            "parameters": parameters,
+            "annotations": [
+                {"key": "final", "value": true},
+                {"key": "provide-api-key", "value": false},
+                {"key": "geofaas-version", "value": fun.version},
+            ],
+        })
     }
 
     fn get(&self, url: Url) -> reqwest::RequestBuilder {
@@ -114,7 +168,7 @@ impl OpenwhiskAdapter {
 }
 
 /// The parameters object an action receives for a raw body.
-fn params(body: &Bytes) -> Value {
+pub(crate) fn params(body: &Bytes) -> Value {
     if let Ok(v @ Value::Object(_)) = serde_json::from_slice::<Value>(body) {
         return v;
     }
@@ -124,7 +178,16 @@ fn params(body: &Bytes) -> Value {
     }
 }
 
+/// The output of a call: the raw output of a function geofaas deployed (its wrapper's result
+/// unwrapped), else the action's JSON result.
 fn json_output(result: &Value, started: Instant) -> InvokeOutput {
+    if let Some(body) = package::unwrap_result(result) {
+        return InvokeOutput {
+            body,
+            exec: started.elapsed(),
+            ..InvokeOutput::default()
+        };
+    }
     InvokeOutput {
         body: Bytes::from(result.to_string()),
         content_type: Some(http::HeaderValue::from_static("application/json")),
@@ -198,12 +261,7 @@ impl FunctionBackend for OpenwhiskAdapter {
         if !valid_function_name(&call.function) {
             return Err(InvokeError::UnknownFunction(call.function));
         }
-        let mut segments = vec!["actions"];
-        if let Some(pkg) = &self.package {
-            segments.push(pkg);
-        }
-        segments.push(&call.function);
-        let mut url = self.url(&segments)?;
+        let mut url = self.action_url(&call.function)?;
         let started = Instant::now();
         let budget = http_common::budget(&call, self.timeout);
         // Ask the controller to stop waiting a little before our deadline, so we get the
@@ -264,6 +322,50 @@ impl FunctionBackend for OpenwhiskAdapter {
             })
             .filter_map(|b| b.get("name").and_then(Value::as_str).map(str::to_owned))
             .collect())
+    }
+
+    fn deploys(&self) -> bool {
+        self.deploy
+    }
+
+    /// `PUT …/actions/[{pkg}/]{name}?overwrite=true` with the archive `package` builds.
+    async fn deploy(&self, fun: &RemoteDeploy) -> Result<(), InvokeError> {
+        if !self.deploy {
+            return Err(InvokeError::Refused(
+                "this OpenWhisk backend does not have deploy = true".into(),
+            ));
+        }
+        if !valid_function_name(&fun.name) {
+            return Err(InvokeError::Refused(format!(
+                "not a function name: {:?}",
+                fun.name
+            )));
+        }
+        let zip = package::pack("OpenWhisk", fun, package::openwhisk_zip).await?;
+        let mut url = self.action_url(&fun.name)?;
+        url.query_pairs_mut().append_pair("overwrite", "true");
+        let request = self
+            .client
+            .put(url)
+            .basic_auth(&self.user, Some(&self.key))
+            .json(&self.action(fun, &zip));
+        let reply = http_common::send(request, DEPLOY_TIMEOUT).await?;
+        if reply.status == StatusCode::OK {
+            return Ok(());
+        }
+        let what = format!(
+            "OpenWhisk answered the PUT of action {} with {}: {}",
+            fun.name,
+            reply.status,
+            error_message(&reply.body)
+        );
+        Err(match reply.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => InvokeError::Auth(what),
+            s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
+                InvokeError::Unavailable(what)
+            }
+            _ => InvokeError::Refused(what),
+        })
     }
 
     async fn health(&self) -> Health {

@@ -3,7 +3,8 @@
 //! Calls go to the proxy, `POST {url}/{name}` with the raw body and the call's headers; the
 //! function list comes from the manager's `GET {manager_url}/list` (one name per line); a
 //! function folder is deployed with `POST {manager_url}/upload`
-//! `{"name","env","threads","zip":<base64>}`.
+//! `{"name","env","threads","zip":<base64>,"envs":["KEY=VALUE"]}` (`deploy = true`; the archive
+//! is described in `package`).
 //!
 //! tinyFaaS answers `200` even when the function failed and never times a call out, so every
 //! call runs under the caller's deadline (capped by `timeout_ms`), and a `200` whose body is
@@ -11,8 +12,6 @@
 //! [`InvokeError::FunctionFailed`].
 
 use std::collections::HashMap;
-use std::io::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -24,8 +23,9 @@ use reqwest::Url;
 
 use crate::factory::BuildError;
 use crate::http_common::{self, PROBE_TIMEOUT};
+use crate::package;
 use crate::upstream::{Answer, Upstream};
-use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
+use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput, RemoteDeploy};
 
 /// Budget of a deploy (building the function's image can take a while).
 const DEPLOY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -42,6 +42,9 @@ pub struct TinyfaasAdapter {
     timeout: Duration,
     fail_on_empty: bool,
     markers: HashMap<String, String>,
+    /// `deploy = true`, and the upload's `threads`.
+    deploy: bool,
+    threads: u32,
 }
 
 /// The proxy's keep-alive connections, and the path every function name is appended to.
@@ -84,6 +87,8 @@ impl TinyfaasAdapter {
                 .iter()
                 .filter_map(|f| Some((f.name.clone(), f.failure_marker.clone()?)))
                 .collect(),
+            deploy: cfg.deploy,
+            threads: cfg.threads.max(1),
         })
     }
 
@@ -101,41 +106,6 @@ impl TinyfaasAdapter {
             .pop_if_empty()
             .push(name);
         Ok(url)
-    }
-
-    /// Uploads the function folder `dir` as function `name` (`env`: `python3`, `nodejs`,
-    /// `binary`, …; `threads`: handler instances).
-    pub async fn deploy(
-        &self,
-        name: &str,
-        dir: &Path,
-        env: &str,
-        threads: u32,
-    ) -> Result<(), InvokeError> {
-        if !valid_function_name(name) {
-            return Err(InvokeError::UnknownFunction(name.to_owned()));
-        }
-        let dir = dir.to_owned();
-        let zip = tokio::task::spawn_blocking(move || zip_folder(&dir))
-            .await
-            .map_err(|e| InvokeError::Protocol(format!("zipping the function folder: {e}")))?
-            .map_err(|e| InvokeError::Protocol(format!("zipping the function folder: {e}")))?;
-        let body = serde_json::json!({
-            "name": name,
-            "env": env,
-            "threads": threads,
-            "zip": base64::engine::general_purpose::STANDARD.encode(zip),
-        });
-        let url = Self::endpoint(&self.manager_url, "upload")?;
-        let reply = http_common::send(self.client.post(url).json(&body), DEPLOY_TIMEOUT).await?;
-        if reply.status != StatusCode::OK {
-            return Err(InvokeError::Unavailable(format!(
-                "tinyFaaS upload answered {}: {}",
-                reply.status,
-                http_common::excerpt(&reply.body)
-            )));
-        }
-        Ok(())
     }
 
     fn classify(
@@ -255,6 +225,56 @@ impl FunctionBackend for TinyfaasAdapter {
             .collect())
     }
 
+    fn deploys(&self) -> bool {
+        self.deploy
+    }
+
+    /// `POST {manager_url}/upload` `{"name","env","threads","zip","envs"}`: tinyFaaS builds the
+    /// function's image and starts `threads` containers before it answers, replacing a function
+    /// of that name once the new one runs.
+    async fn deploy(&self, fun: &RemoteDeploy) -> Result<(), InvokeError> {
+        if !self.deploy {
+            return Err(InvokeError::Refused(
+                "this tinyFaaS backend does not have deploy = true".into(),
+            ));
+        }
+        // The manager takes `^[a-zA-Z0-9]+$` only (and answers a bare 500 otherwise).
+        if fun.name.is_empty() || !fun.name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(InvokeError::Refused(format!(
+                "tinyFaaS takes only letters and digits in function names: cannot deploy {:?}",
+                fun.name
+            )));
+        }
+        let zip = package::pack("tinyFaaS", fun, package::tinyfaas_zip).await?;
+        let envs: Vec<String> = fun.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let body = serde_json::json!({
+            "name": fun.name,
+            "env": fun.runtime.name(),
+            "threads": self.threads,
+            "zip": base64::engine::general_purpose::STANDARD.encode(zip),
+            "envs": envs,
+        });
+        let url = Self::endpoint(&self.manager_url, "upload")?;
+        let reply = http_common::send(self.client.post(url).json(&body), DEPLOY_TIMEOUT).await?;
+        if reply.status == StatusCode::OK {
+            return Ok(());
+        }
+        // tinyFaaS answers failures with an empty body and logs the reason.
+        let words = match http_common::excerpt(&reply.body) {
+            w if w.is_empty() => "no reason given (the tinyFaaS manager's log has it)".to_owned(),
+            w => w,
+        };
+        let message = format!(
+            "tinyFaaS upload of {} answered {}: {words}",
+            fun.name, reply.status
+        );
+        Err(if reply.status.is_server_error() {
+            InvokeError::Unavailable(message)
+        } else {
+            InvokeError::Refused(message)
+        })
+    }
+
     async fn health(&self) -> Health {
         // The manager must list, and the proxy must answer at all (404 for `/` is fine).
         if let Err(err) = self.list().await {
@@ -266,33 +286,6 @@ impl FunctionBackend for TinyfaasAdapter {
             Err(err) => Health::Unhealthy(format!("proxy: {err}")),
         }
     }
-}
-
-/// Zips the files of a function folder (relative paths, stored uncompressed).
-fn zip_folder(dir: &Path) -> std::io::Result<Vec<u8>> {
-    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored)
-        .unix_permissions(0o755);
-    let mut stack = vec![dir.to_owned()];
-    while let Some(folder) = stack.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(&folder)?.collect::<Result<_, _>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let path = entry.path();
-            if entry.file_type()?.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path.strip_prefix(dir).unwrap_or(&path);
-            writer
-                .start_file(rel.to_string_lossy(), options)
-                .map_err(std::io::Error::other)?;
-            writer.write_all(&std::fs::read(&path)?)?;
-        }
-    }
-    let cursor = writer.finish().map_err(std::io::Error::other)?;
-    Ok(cursor.into_inner())
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //!   {"activationId"}` when the blocking wait (`timeout` ms, at most 60 000) ran out, `404` for an
 //!   unknown action, `429` when throttled, `503` when the system is overloaded;
 //! - `GET /api/v1/namespaces/{ns}/activations/{id}`: `404` until the activation has finished,
-//!   then `200` with the activation record (`response: {status, success, result}`).
+//!   then `200` with the activation record (`response: {status, success, result}`);
+//! - `PUT /api/v1/namespaces/{ns}/actions/[{pkg}/]{name}?overwrite=` creates or replaces an
+//!   action and `GET` on it shows it; such actions run for real (see [`DeployedAction`]).
 //!
 //! Every invoke reply carries `x-openwhisk-activation-id`.
 
@@ -33,6 +35,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::server::TestServer;
+
+#[path = "openwhisk_actions.rs"]
+mod actions;
+pub use actions::DeployedAction;
 
 /// The longest blocking wait a real controller grants, in milliseconds.
 const MAX_BLOCKING_WAIT_MS: u64 = 60_000;
@@ -59,6 +65,8 @@ pub enum FakeAction {
     Unavailable,
     /// The controller never answers.
     Hang,
+    /// Created or replaced through the API (`PUT`): run for real (see [`DeployedAction`]).
+    Deployed(Box<DeployedAction>),
 }
 
 #[derive(Debug)]
@@ -128,6 +136,14 @@ impl FakeOpenwhisk {
         self.ctx.max_wait_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// The action `name` (`pkg/name` in a package) as the last `PUT` created it.
+    pub fn deployed(&self, name: &str) -> Option<DeployedAction> {
+        match lock(&self.ctx).actions.get(name) {
+            Some(FakeAction::Deployed(action)) => Some((**action).clone()),
+            _ => None,
+        }
+    }
+
     /// Number of invoke requests that passed authentication.
     pub fn invocations(&self) -> u64 {
         lock(&self.ctx).invocations
@@ -144,7 +160,10 @@ fn router(ctx: Shared) -> Router {
     Router::new()
         .route("/api/v1/namespaces", get(namespaces))
         .route("/api/v1/namespaces/{ns}/actions", get(list_actions))
-        .route("/api/v1/namespaces/{ns}/actions/{*action}", post(invoke))
+        .route(
+            "/api/v1/namespaces/{ns}/actions/{*action}",
+            post(invoke).put(actions::put).get(actions::get),
+        )
         .route("/api/v1/namespaces/{ns}/activations/{id}", get(activation))
         .with_state(ctx)
 }
@@ -261,6 +280,13 @@ async fn invoke(
         FakeAction::Reply(v) => (Duration::ZERO, true, v),
         FakeAction::AppError(v) => (Duration::ZERO, false, v),
         FakeAction::Slow { delay, result } => (delay, true, result),
+        FakeAction::Deployed(action) => {
+            if let Some(reply) = actions::refuse_overrides(&action, &params) {
+                return reply;
+            }
+            let (success, result) = actions::run(&action, params).await;
+            (Duration::ZERO, success, result)
+        }
     };
     let blocking = query.blocking.as_deref() == Some("true");
     let only_result = query.result.as_deref() == Some("true");

@@ -237,6 +237,37 @@ impl Moto {
         Ok(creds)
     }
 
+    /// Switches moto's Lambda to run without Docker and creates an execution role, leaving
+    /// SigV4 checking off; returns the role's ARN (what a deploying backend's `role` names).
+    pub async fn lambda_role(&self) -> anyhow::Result<String> {
+        self.post_json("/moto-api/config", json!({"lambda": {"use_docker": false}}))
+            .await?;
+        let role = self
+            .iam(&[
+                ("Action", "CreateRole"),
+                ("RoleName", "geofaas-deploy"),
+                ("AssumeRolePolicyDocument", "{}"),
+            ])
+            .await?;
+        xml_field(&role, "Arn")
+    }
+
+    /// GetFunction of Lambda function `name` as moto answers it (`Configuration`, `Code`), or
+    /// `None` when moto has no such function. Only while SigV4 checking is off.
+    pub async fn lambda_function(&self, name: &str) -> anyhow::Result<Option<serde_json::Value>> {
+        let resp = self
+            .client
+            .get(format!("{}/2015-03-31/functions/{name}", self.url))
+            .header("authorization", setup_auth("lambda"))
+            .send()
+            .await?;
+        match resp.status() {
+            reqwest::StatusCode::NOT_FOUND => Ok(None),
+            status if status.is_success() => Ok(Some(resp.json().await?)),
+            status => bail!("moto GetFunction {name}: {status} {}", resp.text().await?),
+        }
+    }
+
     /// Kills the peer now (dropping the handle does too).
     pub async fn stop(&mut self) {
         let _ = self.child.kill().await;

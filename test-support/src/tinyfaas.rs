@@ -7,10 +7,21 @@
 //!   `200` even when the function itself failed (the body is then the error text, or empty when
 //!   the handler died), and it never times a call out.
 //! - **manager** (`:8080`): `GET /list` (one name per line), `POST /upload`
-//!   `{"name","env","threads","zip"}` (zip in base64) answering `200` `Function <name> deployed`,
-//!   `POST /delete` `{"name"}`, `POST /wipe`; a wrong method gets `400`.
+//!   `{"name","env","threads","zip","envs"}`, `POST /delete` `{"name"}`, `POST /wipe`; a wrong
+//!   method or a body that is not JSON gets `400` with an empty body.
 //!
-//! Functions are canned [`FakeFunction`] behaviours: the fake runs no code.
+//! An upload is checked as tinyFaaS's manager (`cmd/manager`, `pkg/manager`, `pkg/docker`)
+//! checks it, each failure a `500` with an empty body (the manager only logs why): the name
+//! must match `^[a-zA-Z0-9]+$`, `zip` must be base64 of a zip archive whose every file's folder
+//! is listed before it (its unzip creates no parent folders), `env` must be one of its runtimes
+//! (`binary`, `go`, `nodejs`, `python3`), and the image must build: `python3` needs
+//! `requirements.txt` and `fn.py`, `nodejs` a `package.json` named `fn` (it runs
+//! `npm install ./fn` and `require("fn")`), `binary` an `fn.sh`. `envs` entries are
+//! `KEY=VALUE` (others are skipped, as tinyFaaS does). A good upload replaces the function of
+//! that name and answers `200` with one URL per protocol, e.g. `http://:8000/<name>`.
+//!
+//! Functions are canned [`FakeFunction`] behaviours: the fake runs no code (an uploaded one
+//! echoes).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,6 +68,10 @@ pub struct Upload {
     pub threads: i64,
     /// The decoded zip archive.
     pub zip: Vec<u8>,
+    /// The function's environment, `KEY=VALUE` entries as sent.
+    pub envs: Vec<String>,
+    /// Paths of the files in the archive, in archive order.
+    pub files: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +79,8 @@ struct Inner {
     functions: BTreeMap<String, FakeFunction>,
     uploads: Vec<Upload>,
     calls: Vec<(String, HeaderMap, Bytes)>,
+    /// Every upload fails as a failed image build does (`500`, empty body).
+    broken_builds: bool,
 }
 
 type Shared = Arc<Mutex<Inner>>;
@@ -120,6 +137,12 @@ impl FakeTinyfaas {
     /// Deploys or replaces a function behind the manager's back.
     pub fn set_function(&self, name: impl Into<String>, behaviour: FakeFunction) {
         lock(&self.state).functions.insert(name.into(), behaviour);
+    }
+
+    /// Makes every later upload fail as a failed image build does (Docker down, a bad
+    /// requirement): `500` with an empty body.
+    pub fn break_builds(&self) {
+        lock(&self.state).broken_builds = true;
     }
 
     /// Uploads the manager accepted, in order.
@@ -217,32 +240,45 @@ async fn list(State(state): State<Shared>, method: Method) -> Response {
     (StatusCode::OK, names).into_response()
 }
 
+/// The upload as Go's `json.Decoder` reads it: missing fields are zero values.
 #[derive(Deserialize)]
 struct UploadRequest {
+    #[serde(default)]
     name: String,
+    #[serde(default)]
     env: String,
+    #[serde(default)]
     threads: i64,
+    #[serde(default)]
     zip: String,
+    #[serde(default)]
+    envs: Vec<String>,
 }
+
+/// tinyFaaS's runtimes (`pkg/docker/runtimes`).
+const RUNTIMES: [&str; 4] = ["binary", "go", "nodejs", "python3"];
 
 async fn upload(State(state): State<Shared>, method: Method, body: Bytes) -> Response {
     if method != Method::POST {
-        return bad_method("POST");
+        return StatusCode::BAD_REQUEST.into_response();
     }
     let Ok(req) = serde_json::from_slice::<UploadRequest>(&body) else {
-        return (StatusCode::BAD_REQUEST, "failed to decode upload request\n").into_response();
+        return StatusCode::BAD_REQUEST.into_response();
     };
-    let zip = match base64::engine::general_purpose::STANDARD.decode(&req.zip) {
-        // A zip archive starts with a local file header, "PK\x03\x04".
-        Ok(zip) if zip.starts_with(b"PK\x03\x04") => zip,
-        _ => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "failed to upload function\n",
-            )
-                .into_response()
-        }
+    let failed = StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    let Ok(zip) = base64::engine::general_purpose::STANDARD.decode(&req.zip) else {
+        return failed;
     };
+    let alphanumeric = !req.name.is_empty() && req.name.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !alphanumeric || !RUNTIMES.contains(&req.env.as_str()) {
+        return failed;
+    }
+    let Some(files) = unzip(&zip) else {
+        return failed;
+    };
+    if lock(&state).broken_builds || !image_builds(&req.env, &files) {
+        return failed;
+    }
     let mut inner = lock(&state);
     inner.functions.insert(req.name.clone(), FakeFunction::Echo);
     inner.uploads.push(Upload {
@@ -250,8 +286,52 @@ async fn upload(State(state): State<Shared>, method: Method, body: Bytes) -> Res
         env: req.env,
         threads: req.threads,
         zip,
+        envs: req.envs,
+        files: files.iter().map(|(path, _)| path.clone()).collect(),
     });
-    (StatusCode::OK, format!("Function {} deployed\n", req.name)).into_response()
+    let urls: String = [("http", 8000), ("coap", 5683), ("grpc", 9000)]
+        .iter()
+        .map(|(proto, port)| format!("{proto}://:{port}/{}\n", req.name))
+        .collect();
+    (StatusCode::OK, urls).into_response()
+}
+
+/// The files of a zip archive as tinyFaaS's `util.Unzip` extracts them: `None` when it is not
+/// a zip, or a file's folder was not created by an earlier entry.
+fn unzip(zip: &[u8]) -> Option<Vec<(String, Vec<u8>)>> {
+    use std::io::Read as _;
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip)).ok()?;
+    let mut folders = std::collections::BTreeSet::from([String::new()]);
+    let mut files = Vec::new();
+    for i in 0..archive.len() {
+        let mut entry = archive.by_index(i).ok()?;
+        let name = entry.name().ok()?.trim_start_matches("./").to_owned();
+        if entry.is_dir() {
+            folders.insert(name.trim_end_matches('/').to_owned());
+            continue;
+        }
+        let parent = name.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
+        if !folders.contains(&parent) {
+            return None;
+        }
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).ok()?;
+        files.push((name, data));
+    }
+    Some(files)
+}
+
+/// Whether tinyFaaS's image for `env` builds and starts from these files.
+fn image_builds(env: &str, files: &[(String, Vec<u8>)]) -> bool {
+    let file = |path: &str| files.iter().find(|(p, _)| p == path).map(|(_, d)| d);
+    match env {
+        "python3" => file("requirements.txt").is_some() && file("fn.py").is_some(),
+        "nodejs" => file("package.json")
+            .and_then(|m| serde_json::from_slice::<serde_json::Value>(m).ok())
+            .is_some_and(|m| m["name"] == "fn"),
+        "binary" => file("fn.sh").is_some(),
+        _ => file("fn.go").is_some(),
+    }
 }
 
 #[derive(Deserialize)]

@@ -17,5 +17,17 @@ fn every_backend_snippet_in_the_docs_parses() {
             toml::from_str(body).unwrap_or_else(|e| panic!("snippet does not parse: {e}\n{body}"));
         kinds.push(cfg.kind());
     }
-    assert_eq!(kinds, ["local", "tinyfaas", "openwhisk", "lambda"]);
+    assert_eq!(
+        kinds,
+        [
+            "local",
+            "tinyfaas",
+            "openwhisk",
+            "lambda",
+            "tinyfaas",
+            "openwhisk",
+            "lambda"
+        ],
+        "one snippet per kind, then the deploy snippets"
+    );
 }

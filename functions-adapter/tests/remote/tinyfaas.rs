@@ -123,34 +123,12 @@ async fn unknown_function_and_unreachable_handler_are_classified() {
 }
 
 #[tokio::test]
-async fn list_comes_from_the_manager_and_deploy_uploads_a_zipped_folder() {
+async fn list_comes_from_the_manager() {
     let node = node().await;
     let adapter = TinyfaasAdapter::new(&config(&node, false), &[]).unwrap();
     let mut names = adapter.list().await.unwrap();
     names.sort();
     assert_eq!(names, ["broken", "crashes", "echo", "hangs", "raises"]);
-
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("fn.py"), "def fn(i, h):\n    return i\n").unwrap();
-    adapter
-        .deploy("sieve", dir.path(), "python3", 2)
-        .await
-        .expect("upload accepted");
-    let upload = node.uploads().pop().expect("manager got the upload");
-    assert_eq!(
-        (upload.name.as_str(), upload.env.as_str(), upload.threads),
-        ("sieve", "python3", 2)
-    );
-    assert!(
-        upload.zip.windows(5).any(|w| w == b"fn.py"),
-        "zip holds fn.py"
-    );
-    assert!(adapter.list().await.unwrap().contains(&"sieve".to_owned()));
-    let out = adapter
-        .invoke(call("sieve", "17", Duration::from_secs(5)))
-        .await
-        .unwrap();
-    assert_eq!(&out.body[..], b"17");
 }
 
 #[tokio::test]
