@@ -99,6 +99,7 @@ impl InvokeError {
             | Self::Network(_)
             | Self::Protocol(_) => true,
             Self::UnknownFunction(_)
+            | Self::Refused(_)
             | Self::Overloaded { .. }
             | Self::Auth(_)
             | Self::Unavailable(_)

@@ -16,11 +16,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use geofaas_functions::LocalRuntime;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{DeployRequest, Deployer};
+use super::{DeployRequest, Deployer, Runtimes};
 use crate::error::ApiError;
 use crate::node::{Live, NodeState};
 
@@ -175,8 +174,8 @@ async fn remove(
     }
 }
 
-/// The node's deployer and its embedded runtime, or why it takes no deploys.
-pub(crate) fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), ApiError> {
+/// The node's deployer and where its deploys go, or why it takes no deploys.
+pub(crate) fn target(state: &NodeState) -> Result<(&Deployer, Runtimes), ApiError> {
     let deployer = state.deploys.as_deref().ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -184,19 +183,19 @@ pub(crate) fn target(state: &NodeState) -> Result<(&Deployer, LocalRuntime), Api
             "this node was started without a state folder and keeps no deployed functions",
         )
     })?;
-    let runtime = state
-        .directory
-        .backends()
-        .iter()
-        .find_map(|b| b.local().cloned())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "no_local_runtime",
-                "this node has no local backend to deploy functions into",
-            )
-        })?;
-    Ok((deployer, runtime))
+    let backends = state.directory.backends();
+    let rt = Runtimes {
+        local: backends.iter().find_map(|b| b.local().cloned()),
+        remote: backends.iter().filter(|b| b.deploys()).cloned().collect(),
+    };
+    if rt.local.is_none() && rt.remote.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_local_runtime",
+            "this node has no local backend and no backend with deploy = true",
+        ));
+    }
+    Ok((deployer, rt))
 }
 
 /// The `KEY=VALUE` entries of every `name` header.

@@ -19,8 +19,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::http::StatusCode;
 use geofaas_config::function::valid_function_name;
 use geofaas_config::DeploySettings;
+use std::sync::Arc;
+
 use geofaas_functions::local::{self, Prepared};
-use geofaas_functions::LocalRuntime;
+use geofaas_functions::{FunctionBackend, LocalRuntime, RemoteDeploy};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -57,6 +59,16 @@ pub struct FunctionStatus {
     pub env: Vec<(String, String)>,
     /// The names of the live version's secrets.
     pub secrets: Vec<String>,
+}
+
+/// Where a node's deploys go: its embedded runtime, and the remote backends that have
+/// `deploy = true` (tinyFaaS, OpenWhisk, Lambda; each through its own API).
+#[derive(Clone, Debug, Default)]
+pub struct Runtimes {
+    /// The embedded runtime, where the node has a local backend.
+    pub local: Option<LocalRuntime>,
+    /// Remote backends that take deploys.
+    pub remote: Vec<Arc<dyn FunctionBackend>>,
 }
 
 /// The deployed functions of one node.
@@ -143,7 +155,7 @@ impl Deployer {
     /// Installs a new version and switches to it (or starts a rollout to it).
     pub async fn deploy(
         &self,
-        runtime: &LocalRuntime,
+        rt: &Runtimes,
         req: DeployRequest,
     ) -> Result<(String, FunctionStatus), ApiError> {
         check_name(&req.name)?;
@@ -154,6 +166,13 @@ impl Deployer {
             return Err(bad_request(
                 "bad_percent",
                 "percent must be between 1 and 100".into(),
+            ));
+        }
+        if req.percent.is_some_and(|p| p < 100) && rt.local.is_none() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "no_local_runtime",
+                "percentage rollouts run in the embedded runtime, and this node has no local backend",
             ));
         }
         let bundle = Bundle::unpack(&req.bundle, self.settings.max_bundle_bytes)
@@ -174,44 +193,57 @@ impl Deployer {
                 store::PutError::Check(e) => bad_request("bad_function", reason_of(&e)),
                 store::PutError::Io(e) => disk_error(&e),
             })?;
-        let prepared = match self.warm(runtime, name, &id).await {
-            Ok(p) => p,
-            Err(e) => {
-                if fresh {
-                    let _ = self.store.delete_version(name, &id);
-                }
-                return Err(e);
+        let cleanup = |e: ApiError| {
+            if fresh {
+                let _ = self.store.delete_version(name, &id);
             }
+            e
+        };
+        let prepared = match &rt.local {
+            Some(local) => Some(self.warm(local, name, &id).await.map_err(cleanup)?),
+            None => None,
         };
         let mut state = self.store.state(name).map_err(|e| disk_error(&e))?;
-        if !state.versions.iter().any(|v| v.id == id) {
-            state.versions.push(VersionInfo {
-                id: id.clone(),
-                deployed_at: now_s(),
-            });
-        }
-        let current = runtime.serving(name);
-        match req.percent.filter(|p| *p < 100) {
+        let known = state.versions.iter().any(|v| v.id == id);
+        let rollout = req
+            .percent
+            .filter(|p| *p < 100 && state.live.as_deref() != Some(id.as_str()));
+        match (rollout, &rt.local, prepared) {
             // A rollout needs a version to split with: the live deployed one, else the
             // function's folder from `functions_dir`.
-            Some(percent) if current.is_some() && state.live.as_deref() != Some(id.as_str()) => {
+            (Some(percent), Some(local), Some(prepared)) if local.serving(name).is_some() => {
                 let live = match &state.live {
-                    Some(live) => self.warm(runtime, name, live).await?,
-                    None => runtime
+                    Some(live) => self.warm(local, name, live).await?,
+                    None => local
                         .loaded_live(name)
                         .ok_or_else(|| ApiError::unknown_function(name))?,
                 };
-                runtime.activate(live, Some((prepared, percent)));
+                local.activate(live, Some((prepared, percent)));
                 state.rollout = Some(Rollout {
                     version: id.clone(),
                     percent,
                 });
             }
-            _ => {
-                runtime.activate(prepared, None);
+            (_, local, prepared) => {
+                self.deploy_remote(rt, name, &id).await.map_err(|e| {
+                    if known {
+                        e
+                    } else {
+                        cleanup(e)
+                    }
+                })?;
+                if let (Some(local), Some(prepared)) = (local, prepared) {
+                    local.activate(prepared, None);
+                }
                 state.live = Some(id.clone());
                 state.rollout = None;
             }
+        }
+        if !known {
+            state.versions.push(VersionInfo {
+                id: id.clone(),
+                deployed_at: now_s(),
+            });
         }
         self.prune(name, &mut state);
         self.store
@@ -225,7 +257,7 @@ impl Deployer {
     /// default the version deployed before the live one) live again.
     pub async fn rollback(
         &self,
-        runtime: &LocalRuntime,
+        rt: &Runtimes,
         name: &str,
         to: Option<&str>,
     ) -> Result<FunctionStatus, ApiError> {
@@ -269,8 +301,16 @@ impl Deployer {
                 ),
             ));
         }
-        let prepared = self.warm(runtime, name, &target).await?;
-        runtime.activate(prepared, None);
+        let prepared = match &rt.local {
+            Some(local) => Some(self.warm(local, name, &target).await?),
+            None => None,
+        };
+        if state.live.as_deref() != Some(target.as_str()) {
+            self.deploy_remote(rt, name, &target).await?;
+        }
+        if let (Some(local), Some(prepared)) = (&rt.local, prepared) {
+            local.activate(prepared, None);
+        }
         state.live = Some(target);
         state.rollout = None;
         self.store
@@ -281,14 +321,16 @@ impl Deployer {
     }
 
     /// Stops serving the deployed function and deletes its versions. Whether it had any.
-    pub async fn remove(&self, runtime: &LocalRuntime, name: &str) -> Result<bool, ApiError> {
+    pub async fn remove(&self, rt: &Runtimes, name: &str) -> Result<bool, ApiError> {
         check_name(name)?;
         let _one = self.changes.lock().await;
         let state = self.store.state(name).map_err(|e| disk_error(&e))?;
         if state.live.is_none() {
             return Ok(false);
         }
-        runtime.remove(name);
+        if let Some(local) = &rt.local {
+            local.remove(name);
+        }
         self.store
             .delete_function(name)
             .map_err(|e| disk_error(&e))?;
@@ -300,7 +342,7 @@ impl Deployer {
     /// record says; every version must be kept here already ([`Self::import`]).
     pub async fn apply(
         &self,
-        runtime: &LocalRuntime,
+        rt: &Runtimes,
         name: &str,
         live: &str,
         rollout: Option<(&str, u8)>,
@@ -308,12 +350,19 @@ impl Deployer {
         check_name(name)?;
         let _one = self.changes.lock().await;
         let mut state = self.store.state(name).map_err(|e| disk_error(&e))?;
-        let live_p = self.warm(runtime, name, live).await?;
-        let rollout_p = match rollout {
-            Some((id, percent)) => Some((self.warm(runtime, name, id).await?, percent)),
-            None => None,
-        };
-        runtime.activate(live_p, rollout_p);
+        if let Some(local) = &rt.local {
+            let live_p = self.warm(local, name, live).await?;
+            let rollout_p = match rollout {
+                Some((id, percent)) => Some((self.warm(local, name, id).await?, percent)),
+                None => None,
+            };
+            if state.live.as_deref() != Some(live) {
+                self.deploy_remote(rt, name, live).await?;
+            }
+            local.activate(live_p, rollout_p);
+        } else if state.live.as_deref() != Some(live) {
+            self.deploy_remote(rt, name, live).await?;
+        }
         for id in std::iter::once(live).chain(rollout.map(|(id, _)| id)) {
             if !state.versions.iter().any(|v| v.id == id) {
                 state.versions.push(VersionInfo {
@@ -427,6 +476,36 @@ impl Deployer {
             env: env.env,
             secrets: env.secrets.into_iter().map(|(k, _)| k).collect(),
         }
+    }
+
+    /// Installs version `id` on every remote backend that takes deploys, in turn; the first
+    /// refusal is the error (naming the backend), and the versions already installed stay.
+    async fn deploy_remote(&self, rt: &Runtimes, name: &str, id: &str) -> Result<(), ApiError> {
+        if rt.remote.is_empty() {
+            return Ok(());
+        }
+        let spec = self.spec(name, id)?;
+        let fun = RemoteDeploy {
+            name: name.to_owned(),
+            version: id.to_owned(),
+            runtime: spec.runtime,
+            dir: spec.dir.clone(),
+            env: spec.env.clone(),
+        };
+        for backend in &rt.remote {
+            backend.deploy(&fun).await.map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "remote_deploy_failed",
+                    format!(
+                        "the {} backend did not take version {id} of {name:?}: {e}",
+                        backend.kind()
+                    ),
+                )
+            })?;
+            tracing::info!(function = %name, version = %id, backend = backend.kind(), "deployed to a remote backend");
+        }
+        Ok(())
     }
 
     /// Version `id` ready to take calls, with one instance started (or as loaded already).

@@ -18,6 +18,7 @@ mod offload;
 mod placement;
 mod properties;
 mod proxy;
+mod remote_deploy;
 mod router;
 mod scheduler;
 mod security;
