@@ -13,7 +13,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=$(realpath "${1:-$HERE/../../target/release/geofaas}")
+BIN=$(realpath "${1:-$HERE/../../target/lto/geofaas}")
 N=${N:-3000}
 OUT=$(mktemp -d /tmp/geofaas-cg.XXXXXX)
 trap 'if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$OUT"/cg.out.* "$KEEP"/; fi; rm -rf "$OUT"' EXIT

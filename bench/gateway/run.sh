@@ -13,7 +13,7 @@
 # Needs: nginx, wrk, h2load, openssl, curl, python3, taskset (Debian: nginx wrk nghttp2-client).
 # Usage: bench/gateway/run.sh
 #   env: PROXY_CPUS=1 LOAD_CPUS=0 RUNS=3 DURATION=10 WARMUP=2 CONNS=32 H2_CONNS=4 H2_STREAMS=8
-#        NO_BUILD=1 (use the binary as is)  BIN=path (default target/release/geofaas)
+#        NO_BUILD=1 (use the binary as is)  BIN=path (default target/lto/geofaas)
 #        PROFILE=1 (also perf-record the gateway under h1 load)
 #        RESULTS=dir (keep raw outputs there; default a temp dir that is removed)
 #        BIN_BASE=path (also measure a second gateway build, reported as "gwbase", e.g. the build
@@ -52,8 +52,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 cd "$ROOT"
-if [[ -z "${NO_BUILD:-}" ]]; then cargo build --release -q -p geofaas-gateway; fi
-BIN=${BIN:-$ROOT/target/release/geofaas}
+if [[ -z "${NO_BUILD:-}" ]]; then cargo build --profile lto -q -p geofaas-gateway; fi
+BIN=${BIN:-$ROOT/target/lto/geofaas}
 
 fill() { # template -> stdout, placeholders replaced
   local user=""
