@@ -388,6 +388,7 @@ fn redeploys_and_rollbacks_under_load_fail_no_call_and_never_go_back() {
             })
         })
         .collect();
+    let started = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(500));
     let v2 = printed_version(&up.deploy(&["./steady"]));
     std::thread::sleep(Duration::from_millis(500));
@@ -402,7 +403,9 @@ fn redeploys_and_rollbacks_under_load_fail_no_call_and_never_go_back() {
     for t in load {
         t.join().unwrap();
     }
+    eprintln!("load ran for {:?}", started.elapsed());
     let log = log.lock().unwrap();
+    eprintln!("{} calls across the nodes through a deploy and a rollback", log.len());
     assert!(log.len() > 60, "too few calls to tell: {}", log.len());
     for node in 0..3 {
         let seen: Vec<&str> = log
