@@ -16,9 +16,10 @@ use crate::auth::OffloadKey;
 use crate::error::ApiError;
 
 /// Response headers of the cloud that reach the client.
-const PASSED_BACK: [&str; 6] = [
+const PASSED_BACK: [&str; 7] = [
     "content-type",
     headers::SERVED_BY,
+    headers::FUNCTION_VERSION,
     headers::COLD_START,
     headers::SERVER_TIMING,
     headers::IDEMPOTENT_REPLAYED,

@@ -315,6 +315,33 @@ fn a_deploy_reaches_every_node_with_one_version_its_env_and_secrets() {
             assert_eq!(a.headers["x-served-by"], *id);
         }
     }
+    // An edge client outside every area is handed to the cloud; offloaded answers carry the
+    // cloud's version too (the function is only at the cloud: removed at cbd).
+    let rm = up.geofaas(&["functions", "rm", "greet", "--node", "cbd"], &[]);
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stdout)
+    );
+    let offloaded = up.call(0, "greet", true, &[]);
+    assert_eq!(offloaded.status, 200, "{offloaded:?}");
+    assert_eq!(offloaded.headers["x-offloaded-from"], "cbd");
+    assert_eq!(offloaded.version(), version);
+    let back = up.geofaas(
+        &[
+            "deploy",
+            "./greet",
+            "--node",
+            "cbd",
+            "--env",
+            "GREETING=hello",
+            "--secret",
+            "TOKEN=MY_TOKEN",
+        ],
+        &[("MY_TOKEN", "shh-42")],
+    );
+    assert!(back.status.success());
+    assert_eq!(up.call(0, "greet", false, &[]).version(), version);
     // `functions ls` shows the version on every node and never the secret's value.
     let ls = up.geofaas(&["functions", "ls"], &[]);
     let table = String::from_utf8_lossy(&ls.stdout);
@@ -405,7 +432,10 @@ fn redeploys_and_rollbacks_under_load_fail_no_call_and_never_go_back() {
     }
     eprintln!("load ran for {:?}", started.elapsed());
     let log = log.lock().unwrap();
-    eprintln!("{} calls across the nodes through a deploy and a rollback", log.len());
+    eprintln!(
+        "{} calls across the nodes through a deploy and a rollback",
+        log.len()
+    );
     assert!(log.len() > 60, "too few calls to tell: {}", log.len());
     for node in 0..3 {
         let seen: Vec<&str> = log
