@@ -3,11 +3,12 @@
 //! ```text
 //! <state>/functions/<name>/state.json          live version, rollout, versions in deploy order
 //! <state>/functions/<name>/versions/<id>/      the version's function folder
-//! <state>/functions/<name>/versions/<id>.json  its environment and secrets (mode 0600)
+//! <state>/functions/<name>/env/<id>.json       its environment and secrets (mode 0600)
 //! ```
 //!
 //! Every file is written to a temporary name and renamed into place, so a node killed during
-//! a deploy finds either the old state or the new one.
+//! a deploy finds either the old state or the new one. The environment lives apart from the
+//! version folders: Node's `require(dir)` would load a `<dir>.json` beside the folder instead.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -134,7 +135,9 @@ impl Store {
         let written = bundle.write_to(&tmp).map_err(PutError::Io).and_then(|()| {
             check(&tmp).map_err(PutError::Check)?;
             let bytes = serde_json::to_vec(env).map_err(std::io::Error::other)?;
-            write_atomic(&versions.join(format!("{id}.json")), &bytes, 0o600)?;
+            let env_dir = self.function_dir(name).join("env");
+            std::fs::create_dir_all(&env_dir)?;
+            write_atomic(&env_dir.join(format!("{id}.json")), &bytes, 0o600)?;
             match std::fs::rename(&tmp, &target) {
                 // Written meanwhile by another path (a deploy and a fetch of the same id): the
                 // same bytes, as the id says.
@@ -155,7 +158,7 @@ impl Store {
     pub fn version_env(&self, name: &str, id: &str) -> std::io::Result<VersionEnv> {
         let path = self
             .function_dir(name)
-            .join("versions")
+            .join("env")
             .join(format!("{id}.json"));
         let bytes = std::fs::read(path)?;
         serde_json::from_slice(&bytes).map_err(std::io::Error::other)
@@ -164,7 +167,11 @@ impl Store {
     /// Deletes version `id` of `name` from disk.
     pub fn delete_version(&self, name: &str, id: &str) -> std::io::Result<()> {
         let versions = self.function_dir(name).join("versions");
-        let _ = std::fs::remove_file(versions.join(format!("{id}.json")));
+        let env = self
+            .function_dir(name)
+            .join("env")
+            .join(format!("{id}.json"));
+        let _ = std::fs::remove_file(env);
         match std::fs::remove_dir_all(versions.join(id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),

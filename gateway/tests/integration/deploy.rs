@@ -628,3 +628,33 @@ fn deploys_need_the_admin_key_where_nodes_have_keys() {
     );
     assert_eq!((a.status, a.body.as_str()), (200, "x - no-token"));
 }
+
+#[test]
+fn a_nodejs_function_deploys_keeps_no_state_between_versions_and_sees_its_env() {
+    let up = Up::start(false);
+    let dir = up.path("counter-js");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |label: &str| {
+        std::fs::write(
+            dir.join("index.js"),
+            format!(
+                "let n = 0;\nmodule.exports = (req, res) => {{ n += 1; \
+                 res.send('{label} ' + process.env.WHO + ' ' + n); }};\n"
+            ),
+        )
+        .unwrap();
+    };
+    write("one");
+    let v1 = printed_version(&up.deploy(&["./counter-js", "--env", "WHO=mel"]));
+    let a = up.call(1, "counter-js", true, &[]);
+    assert_eq!((a.status, a.version()), (200, v1.as_str()), "{a:?}");
+    assert_eq!(a.body, "one mel 1");
+    assert_eq!(up.call(1, "counter-js", false, &[]).body, "one mel 2");
+    write("two");
+    let v2 = printed_version(&up.deploy(&["./counter-js", "--env", "WHO=mel"]));
+    let b = up.call(1, "counter-js", true, &[]);
+    assert_eq!(
+        (b.status, b.version(), b.body.as_str()),
+        (200, v2.as_str(), "two mel 1")
+    );
+}
