@@ -10,14 +10,13 @@
 
 pub mod admin;
 pub mod bundle;
+mod checks;
 pub mod store;
 pub mod sync;
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::StatusCode;
-use geofaas_config::function::valid_function_name;
 use geofaas_config::DeploySettings;
 use std::sync::Arc;
 
@@ -27,6 +26,7 @@ use serde::Serialize;
 
 use crate::error::ApiError;
 use bundle::Bundle;
+use checks::{bad_request, check_env, check_name, disk_error, now_s, reason_of};
 use store::{FunctionState, Rollout, Store, VersionEnv, VersionInfo};
 
 /// One deploy as the admin API received it.
@@ -338,110 +338,6 @@ impl Deployer {
         Ok(true)
     }
 
-    /// Makes `live` (and a rollout of `rollout`) what the function serves, as the fleet's
-    /// record says; every version must be kept here already ([`Self::import`]).
-    pub async fn apply(
-        &self,
-        rt: &Runtimes,
-        name: &str,
-        live: &str,
-        rollout: Option<(&str, u8)>,
-    ) -> Result<FunctionStatus, ApiError> {
-        check_name(name)?;
-        let _one = self.changes.lock().await;
-        let mut state = self.store.state(name).map_err(|e| disk_error(&e))?;
-        if let Some(local) = &rt.local {
-            let live_p = self.warm(local, name, live).await?;
-            let rollout_p = match rollout {
-                Some((id, percent)) => Some((self.warm(local, name, id).await?, percent)),
-                None => None,
-            };
-            if state.live.as_deref() != Some(live) {
-                self.deploy_remote(rt, name, live).await?;
-            }
-            local.activate(live_p, rollout_p);
-        } else if state.live.as_deref() != Some(live) {
-            self.deploy_remote(rt, name, live).await?;
-        }
-        for id in std::iter::once(live).chain(rollout.map(|(id, _)| id)) {
-            if !state.versions.iter().any(|v| v.id == id) {
-                state.versions.push(VersionInfo {
-                    id: id.to_owned(),
-                    deployed_at: now_s(),
-                });
-            }
-        }
-        state.live = Some(live.to_owned());
-        state.rollout = rollout.map(|(version, percent)| Rollout {
-            version: version.to_owned(),
-            percent,
-        });
-        self.prune(name, &mut state);
-        self.store
-            .set_state(name, &state)
-            .map_err(|e| disk_error(&e))?;
-        tracing::info!(function = %name, live, rollout = ?state.rollout, "converged on the fleet's version");
-        Ok(self.status_of(name, state))
-    }
-
-    /// Keeps version `id` of `name` that another node sent: refused unless its files and
-    /// environment hash to `id`, and checked like a deployed bundle.
-    pub async fn import(
-        &self,
-        name: &str,
-        id: &str,
-        gzip: &[u8],
-        env: VersionEnv,
-    ) -> Result<(), ApiError> {
-        check_name(name)?;
-        let bundle = Bundle::unpack(gzip, self.settings.max_bundle_bytes)
-            .map_err(|e| bad_request("bad_bundle", e.to_string()))?;
-        let actual = bundle.version(&env.env, &env.secrets);
-        if actual != id {
-            return Err(bad_request(
-                "version_mismatch",
-                format!("the bundle sent as version {id} of {name:?} is version {actual}"),
-            ));
-        }
-        let _one = self.changes.lock().await;
-        self.store
-            .put_version(name, id, &bundle, &env, |dir| {
-                local::load_function(name, dir).map(|_| ())
-            })
-            .map_err(|e| match e {
-                store::PutError::Check(e) => bad_request("bad_function", reason_of(&e)),
-                store::PutError::Io(e) => disk_error(&e),
-            })
-    }
-
-    /// A kept version as another node fetches it: the gzip'd tar and its environment.
-    pub fn export(&self, name: &str, id: &str) -> Result<(Vec<u8>, VersionEnv), ApiError> {
-        check_name(name)?;
-        let missing = || {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_version",
-                format!("this node keeps no version {id:?} of {name:?}"),
-            )
-        };
-        if !id.bytes().all(|b| b.is_ascii_hexdigit()) || !self.store.has_version(name, id) {
-            return Err(missing());
-        }
-        let bundle = Bundle::from_version_dir(&self.store.version_dir(name, id))
-            .map_err(|e| disk_error(&e))?;
-        let env = self
-            .store
-            .version_env(name, id)
-            .map_err(|e| disk_error(&e))?;
-        let packed = bundle.pack().map_err(|e| disk_error(&e))?;
-        Ok((packed, env))
-    }
-
-    /// Whether version `id` of `name` is kept here.
-    pub fn has_version(&self, name: &str, id: &str) -> bool {
-        valid_function_name(name) && self.store.has_version(name, id)
-    }
-
     /// Every deployed function.
     pub fn list(&self) -> Result<Vec<FunctionStatus>, ApiError> {
         let names = self.store.names().map_err(|e| disk_error(&e))?;
@@ -572,77 +468,4 @@ impl Deployer {
 fn ids(state: &FunctionState) -> String {
     let ids: Vec<&str> = state.versions.iter().map(|v| v.id.as_str()).collect();
     ids.join(", ")
-}
-
-fn check_name(name: &str) -> Result<(), ApiError> {
-    if valid_function_name(name) {
-        Ok(())
-    } else {
-        Err(bad_request(
-            "bad_function_name",
-            format!(
-                "{:?} is not a function name (letters, digits, '-' and '_', at most 64)",
-                name.escape_debug().to_string()
-            ),
-        ))
-    }
-}
-
-/// An environment entry a process can be given: a POSIX name that does not override what the
-/// runtime sets itself, and a value without NUL.
-fn check_env(key: &str, value: &str) -> Result<(), ApiError> {
-    let mut chars = key.chars();
-    let name_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !name_ok {
-        return Err(bad_request(
-            "bad_env",
-            format!(
-                "environment name {:?} is not of the form [A-Za-z_][A-Za-z0-9_]*",
-                key.escape_debug().to_string()
-            ),
-        ));
-    }
-    if key.starts_with("GEOFAAS_") || key.starts_with("PYTHON") || key == "PATH" {
-        return Err(bad_request(
-            "bad_env",
-            format!("environment name {key:?} is reserved for the runtime"),
-        ));
-    }
-    if value.contains('\0') {
-        return Err(bad_request(
-            "bad_env",
-            format!("the value of {key:?} holds a NUL byte"),
-        ));
-    }
-    Ok(())
-}
-
-/// The reason of a function folder's error, without the temporary path it was checked at.
-fn reason_of(e: &geofaas_functions::LocalError) -> String {
-    match e {
-        geofaas_functions::LocalError::BadFunction { reason, .. } => reason.clone(),
-        other => other.to_string(),
-    }
-}
-
-fn bad_request(code: &'static str, message: String) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, code, message)
-}
-
-fn disk_error(e: &std::io::Error) -> ApiError {
-    tracing::error!(error = %e, "deploy: state folder");
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "state_folder",
-        "the node could not read or write its state folder",
-    )
-}
-
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
