@@ -312,6 +312,7 @@ fn print_banner(topology: &Topology, config: &Path, args: &UpArgs, places: &[Pla
         }
     }
     println!("  curl --cacert {ca} {url}/functions");
+    println!("  geofaas deploy ./myfn      # from this folder: a function folder (fn.py, index.js or fn.sh) on every node");
     if dns {
         let dns_addr = topology.dns.listen;
         let zone = topology.zone.trim_end_matches('.');
