@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../fuzz"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(location topology function_name dns_message)
+[ ${#targets[@]} -gt 0 ] || targets=(location geohash topology function_name dns_message)
 command -v cargo-fuzz >/dev/null || { echo "== cargo install cargo-fuzz"; cargo install cargo-fuzz --locked --quiet; }
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-/var/tmp/geofaas-fuzz-target}"

@@ -77,6 +77,31 @@ impl Area {
         }
     }
 
+    /// Whether all of `cell` (in geo's x = lon, y = lat order) lies in the area, its boundary
+    /// counting as inside (as in [`Area::contains`]).
+    pub fn covers(&self, cell: &Rect<f64>) -> bool {
+        match self {
+            Area::World => true,
+            Area::Shape { shape, bbox } => {
+                let (min, max) = (bbox.min(), bbox.max());
+                let (cmin, cmax) = (cell.min(), cell.max());
+                if cmin.x < min.x || cmax.x > max.x || cmin.y < min.y || cmax.y > max.y {
+                    return false;
+                }
+                use geo::Contains;
+                shape.contains(cell)
+            }
+        }
+    }
+
+    /// Whether any point of `cell`, its edges included, lies in the area.
+    pub fn touches(&self, cell: &Rect<f64>) -> bool {
+        match self {
+            Area::World => true,
+            Area::Shape { shape, bbox } => bbox.intersects(cell) && shape.intersects(cell),
+        }
+    }
+
     /// Whether the area is the whole earth.
     pub fn is_world(&self) -> bool {
         matches!(self, Area::World)

@@ -45,6 +45,29 @@ impl LatLon {
         Point::new(self.lon, self.lat)
     }
 
+    /// Parses an `X-Client-Location` value, `<lat>,<lon>` with an optional `;acc=<metres>`,
+    /// into the position and the accuracy, when given.
+    pub fn parse_with_accuracy(s: &str) -> Result<(Self, Option<f64>), LocationError> {
+        let mut parts = s.split(';');
+        let coords = parts.next().unwrap_or_default();
+        let mut accuracy = None;
+        for param in parts {
+            let (key, value) = param.split_once('=').ok_or(LocationError::Syntax)?;
+            if key.trim() != "acc" {
+                return Err(LocationError::Syntax);
+            }
+            let acc: f64 = value.trim().parse().map_err(|_| LocationError::Syntax)?;
+            if !acc.is_finite() || acc < 0.0 {
+                return Err(LocationError::Range("accuracy"));
+            }
+            accuracy = Some(acc);
+        }
+        let (lat, lon) = coords.split_once(',').ok_or(LocationError::Syntax)?;
+        let lat: f64 = lat.trim().parse().map_err(|_| LocationError::Syntax)?;
+        let lon: f64 = lon.trim().parse().map_err(|_| LocationError::Syntax)?;
+        Ok((Self::new(lat, lon)?, accuracy))
+    }
+
     /// Great-circle distance in kilometres (haversine, mean earth radius).
     pub fn distance_km(self, other: LatLon) -> f64 {
         Haversine.distance(self.point(), other.point()) / 1000.0
@@ -63,24 +86,10 @@ pub trait GeoLocator: Send + Sync + fmt::Debug {
 impl FromStr for LatLon {
     type Err = LocationError;
 
-    /// Parses `<lat>,<lon>` with an optional `;acc=<metres>` suffix (accuracy is accepted and ignored).
+    /// Parses `<lat>,<lon>` with an optional `;acc=<metres>` suffix (the accuracy is checked
+    /// and dropped; [`LatLon::parse_with_accuracy`] keeps it).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut parts = s.split(';');
-        let coords = parts.next().unwrap_or_default();
-        for param in parts {
-            let (key, value) = param.split_once('=').ok_or(LocationError::Syntax)?;
-            if key.trim() != "acc" {
-                return Err(LocationError::Syntax);
-            }
-            let acc: f64 = value.trim().parse().map_err(|_| LocationError::Syntax)?;
-            if !acc.is_finite() || acc < 0.0 {
-                return Err(LocationError::Range("accuracy"));
-            }
-        }
-        let (lat, lon) = coords.split_once(',').ok_or(LocationError::Syntax)?;
-        let lat: f64 = lat.trim().parse().map_err(|_| LocationError::Syntax)?;
-        let lon: f64 = lon.trim().parse().map_err(|_| LocationError::Syntax)?;
-        Self::new(lat, lon)
+        Self::parse_with_accuracy(s).map(|(p, _)| p)
     }
 }
 
@@ -127,6 +136,20 @@ mod tests {
         assert_eq!(
             "NaN,1".parse::<LatLon>(),
             Err(LocationError::Range("latitude"))
+        );
+    }
+
+    #[test]
+    fn accuracy_is_kept_when_given() {
+        let p = LatLon::new(52.51, 13.32).unwrap();
+        assert_eq!(
+            LatLon::parse_with_accuracy("52.51,13.32;acc=25.5"),
+            Ok((p, Some(25.5)))
+        );
+        assert_eq!(LatLon::parse_with_accuracy("52.51,13.32"), Ok((p, None)));
+        assert_eq!(
+            LatLon::parse_with_accuracy("52.51,13.32;acc=-1"),
+            Err(LocationError::Range("accuracy"))
         );
     }
 

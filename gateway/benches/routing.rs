@@ -27,7 +27,7 @@ fn routing(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let location = header_location(black_box(&headers)).expect("valid");
-                match decide(&map, "tu-berlin", location, false) {
+                match decide(&map, "tu-berlin", location.as_ref(), false) {
                     Route::Serve => None,
                     Route::Handover(target) => Some(handover_url(target, black_box("/fn/sieve"))),
                 }

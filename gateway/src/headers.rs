@@ -5,9 +5,10 @@
 //! and the load generator.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use geofaas_config::headers::is_forwarded;
+use geofaas_config::headers::is_from_client_forwarded;
 
 use crate::error::ApiError;
+use crate::geo;
 use name::REQUEST_ID;
 
 /// The platform's header names the call path uses, as [`HeaderName`]s: a `&str` name is parsed
@@ -19,6 +20,20 @@ pub mod name {
 
     /// [`h::CLIENT_LOCATION`].
     pub const CLIENT_LOCATION: HeaderName = HeaderName::from_static(h::CLIENT_LOCATION);
+    /// [`h::GEOHASH`].
+    pub const GEOHASH: HeaderName = HeaderName::from_static(h::GEOHASH);
+    /// [`h::GEO_NODE`].
+    pub const GEO_NODE: HeaderName = HeaderName::from_static(h::GEO_NODE);
+    /// [`h::GEO_ROLE`].
+    pub const GEO_ROLE: HeaderName = HeaderName::from_static(h::GEO_ROLE);
+    /// [`h::GEO_SOURCE`].
+    pub const GEO_SOURCE: HeaderName = HeaderName::from_static(h::GEO_SOURCE);
+    /// [`h::GEO_LOCATION`].
+    pub const GEO_LOCATION: HeaderName = HeaderName::from_static(h::GEO_LOCATION);
+    /// [`h::GEO_ACCURACY`].
+    pub const GEO_ACCURACY: HeaderName = HeaderName::from_static(h::GEO_ACCURACY);
+    /// [`h::GEO_DISTANCE_KM`].
+    pub const GEO_DISTANCE_KM: HeaderName = HeaderName::from_static(h::GEO_DISTANCE_KM);
     /// [`h::RETRY`].
     pub const RETRY: HeaderName = HeaderName::from_static(h::RETRY);
     /// [`h::OFFLOAD`].
@@ -91,14 +106,27 @@ fn too_large(message: String) -> ApiError {
     )
 }
 
-/// The headers a function (and the cloud, on offload) may see.
-pub fn for_function(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (n, v) in headers.iter().filter(|(n, _)| is_forwarded(n.as_str())) {
+/// The headers a function (and the cloud, on offload) sees: the client's that may travel, its
+/// `X-Geo-*` dropped, then this node's geo context ([`geo::append_context`]). The one place a
+/// function's request headers are built.
+pub fn for_function(
+    headers: &HeaderMap,
+    here: geo::Here<'_>,
+    client: Option<&geo::ClientLocation>,
+) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len() + GEO_HEADERS);
+    for (n, v) in headers
+        .iter()
+        .filter(|(n, _)| is_from_client_forwarded(n.as_str()))
+    {
         out.append(HeaderName::clone(n), v.clone());
     }
+    geo::append_context(&mut out, here, client);
     out
 }
+
+/// How many `X-Geo-*` headers [`geo::append_context`] writes at most.
+const GEO_HEADERS: usize = 6;
 
 /// `value` marked as never to be indexed by HTTP/2 header compression. For values that differ
 /// on every answer (request id, `Server-Timing`): adding each to the HPACK table would evict
@@ -158,6 +186,31 @@ mod tests {
         }
         let e = check(&many, LIMITS).unwrap_err();
         assert!(e.message.contains("5 headers"), "{e}");
+    }
+
+    #[test]
+    fn a_clients_geo_headers_are_replaced_by_the_nodes() {
+        let mut h = HeaderMap::new();
+        h.insert("x-geo-node", "forged".parse().unwrap());
+        h.append("x-geo-node", "forged-too".parse().unwrap());
+        h.insert("x-geo-location", "0,0".parse().unwrap());
+        h.insert("x-geo-whatever", "1".parse().unwrap());
+        h.insert("x-custom", "kept".parse().unwrap());
+        let id = HeaderValue::from_static("cbd");
+        let here = geo::Here {
+            id: &id,
+            role: geofaas_config::Role::Edge,
+            location: None,
+        };
+        let out = for_function(&h, here, None);
+        assert_eq!(
+            out.get_all("x-geo-node").iter().collect::<Vec<_>>(),
+            ["cbd"]
+        );
+        assert_eq!(out["x-geo-source"], "none");
+        assert!(out.get("x-geo-location").is_none(), "{out:?}");
+        assert!(out.get("x-geo-whatever").is_none(), "{out:?}");
+        assert_eq!(out["x-custom"], "kept");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use axum::{Extension, Json, Router};
 use geofaas_config::function::valid_function_name;
-use geofaas_config::{LatLon, Role};
+use geofaas_config::Role;
 use serde_json::json;
 use tower::ServiceExt as _;
 use tracing::Instrument as _;
@@ -32,6 +32,7 @@ use tracing::Instrument as _;
 use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
+use crate::geo::{self, ClientLocation, Source};
 use crate::headers::name::{OFFLOAD, REQUEST_ID, RETRY, SERVED_BY};
 use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
@@ -226,9 +227,9 @@ async fn handle_call(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let location = locate(&state, &parts.headers, client)?;
+    let location = locate(&state, &parts.headers, client, signed)?;
     let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
-    let route = routing::decide(&state.map, &state.id, location, pinned);
+    let route = routing::decide(&state.map, &state.id, location.as_ref(), pinned);
     let route = match &state.peers {
         Some(peers) => peers.adjust(route, &state.map, &state.id),
         None => route,
@@ -252,9 +253,9 @@ async fn handle_call(
         function: name,
         method: parts.method,
         path_and_query,
-        headers: headers::for_function(&parts.headers),
+        headers: headers::for_function(&parts.headers, here(&state), location.as_ref()),
         body,
-        location,
+        location: location.map(|l| l.point),
         received,
         route_time,
         request_id,
@@ -303,19 +304,36 @@ async fn no_route(uri: Uri) -> ApiError {
     )
 }
 
-/// The client's location: its header, else its address in the GeoIP database, else unknown.
+/// The client's location: its headers (`X-Client-Location`, else `Sec-CH-Geohash`), else its
+/// address in the GeoIP database, else unknown. A call signed by a peer carries the location
+/// that node found ([`geo::from_peer`]): the address here is the peer's, not the client's.
 fn locate(
     state: &NodeState,
     headers: &HeaderMap,
     client: Option<SocketAddr>,
-) -> Result<Option<LatLon>, ApiError> {
-    if let Some(p) = routing::header_location(headers)? {
-        return Ok(Some(p));
+    signed: bool,
+) -> Result<Option<ClientLocation>, ApiError> {
+    if signed {
+        return Ok(geo::from_peer(headers));
+    }
+    if let Some(l) = routing::header_location(headers)? {
+        return Ok(Some(l));
     }
     Ok(match (&state.locator, client) {
-        (Some(loc), Some(addr)) => loc.locate(addr.ip()),
+        (Some(loc), Some(addr)) => loc
+            .locate(addr.ip())
+            .map(|p| ClientLocation::point(p, Source::GeoIp, None)),
         _ => None,
     })
+}
+
+/// This node as a function's geo context names it.
+fn here(state: &NodeState) -> geo::Here<'_> {
+    geo::Here {
+        id: &state.id_header,
+        role: state.role,
+        location: state.map.node(&state.id).map(|n| n.location),
+    }
 }
 
 fn handover(state: &NodeState, location: &str) -> Result<Response<Body>, ApiError> {

@@ -3,13 +3,22 @@
 //! Pure functions over the topology's [`ServiceMap`], so the hot path is benchmarked alone
 //! (`benches/routing.rs`). Handover targets come only from the topology, never from the
 //! request (no open redirect).
+//!
+//! A point routes to the node responsible for it. A geohash names a cell, which routes as a
+//! whole ([`cell_owner`]): to the one node responsible for every point of it, and when the
+//! cell spans several nodes' areas (a coarse geohash, or one on a boundary) the call is served
+//! where it lands instead of handed over on a guess.
 
 use axum::http::HeaderMap;
-use geofaas_config::{LatLon, NodeEntry, ServiceMap};
+use geo::Rect;
+use geofaas_config::{Geohash, LatLon, NodeEntry, Role, ServiceMap};
 
 use crate::error::ApiError;
+use crate::geo::{ClientLocation, Source};
+use crate::headers::name::{CLIENT_LOCATION, GEOHASH};
 
 pub use geofaas_config::headers::CLIENT_LOCATION as LOCATION_HEADER;
+pub use geofaas_config::headers::GEOHASH as GEOHASH_HEADER;
 
 /// What to do with a call that reached this node.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,45 +29,84 @@ pub enum Route<'a> {
     Handover(&'a NodeEntry),
 }
 
-/// Reads `X-Client-Location`; `Ok(None)` when absent, a 400 naming the header and value when malformed.
-pub fn header_location(headers: &HeaderMap) -> Result<Option<LatLon>, ApiError> {
-    let Some(value) = headers.get(crate::headers::name::CLIENT_LOCATION) else {
+/// The location the client's headers give: `X-Client-Location`, else `Sec-CH-Geohash`;
+/// `Ok(None)` when it sent neither, a 400 naming the header and value when the first one
+/// present is malformed.
+pub fn header_location(headers: &HeaderMap) -> Result<Option<ClientLocation>, ApiError> {
+    if let Some(value) = headers.get(CLIENT_LOCATION) {
+        let text = value.to_str().map_err(|_| {
+            ApiError::bad_header(
+                "X-Client-Location",
+                &String::from_utf8_lossy(value.as_bytes()),
+                "not ASCII text",
+            )
+        })?;
+        let (point, accuracy) = LatLon::parse_with_accuracy(text)
+            .map_err(|e| ApiError::bad_header("X-Client-Location", text, e))?;
+        return Ok(Some(ClientLocation::point(point, Source::Header, accuracy)));
+    }
+    let Some(value) = headers.get(GEOHASH) else {
         return Ok(None);
     };
-    let text = value.to_str().map_err(|_| {
+    let hash = Geohash::from_header(value.as_bytes()).map_err(|e| {
         ApiError::bad_header(
-            "X-Client-Location",
+            "Sec-CH-Geohash",
             &String::from_utf8_lossy(value.as_bytes()),
-            "not ASCII text",
+            e,
         )
     })?;
-    text.parse::<LatLon>()
-        .map(Some)
-        .map_err(|e| ApiError::bad_header("X-Client-Location", text, e))
+    Ok(Some(ClientLocation {
+        point: hash.centre(),
+        source: Source::Geohash,
+        accuracy_m: Some(hash.accuracy_m()),
+        cell: Some(hash.cell()),
+    }))
 }
 
 /// Decides where a call is served. `pinned` calls (offloaded by a peer, or a client's retry at
 /// the cloud) are served where they land; calls without a location are served here, since DNS
-/// already chose this node for the client.
+/// already chose this node for the client; a cell that no single node answers for is served
+/// here too ([`cell_owner`]).
 pub fn decide<'a>(
     map: &'a ServiceMap,
     me: &str,
-    location: Option<LatLon>,
+    location: Option<&ClientLocation>,
     pinned: bool,
 ) -> Route<'a> {
     if pinned {
         return Route::Serve;
     }
-    match location {
-        None => Route::Serve,
-        Some(p) => {
-            let target = map.responsible(p);
-            if target.id == me {
-                Route::Serve
-            } else {
-                Route::Handover(target)
-            }
-        }
+    let target = match location {
+        None => return Route::Serve,
+        Some(ClientLocation {
+            cell: Some(cell), ..
+        }) => match cell_owner(map, cell) {
+            Some(owner) => owner,
+            None => return Route::Serve,
+        },
+        Some(l) => map.responsible(l.point),
+    };
+    if target.id == me {
+        Route::Serve
+    } else {
+        Route::Handover(target)
+    }
+}
+
+/// The node responsible for every point of `cell`, if one is: the cloud when no edge's area
+/// touches the cell, the edge whose area covers the cell when no other edge's area touches it,
+/// else `None` (the cell spans several nodes' areas: an edge's and another edge's, or an
+/// edge's and the rest of the world, which is the cloud's). A boundary counts as inside, as
+/// for points, so a cell that only touches an area's edge spans it too.
+pub fn cell_owner<'a>(map: &'a ServiceMap, cell: &Rect<f64>) -> Option<&'a NodeEntry> {
+    let mut touching = map
+        .nodes()
+        .iter()
+        .filter(|n| n.role == Role::Edge && n.area.touches(cell));
+    match (touching.next(), touching.next()) {
+        (None, _) => Some(map.cloud()),
+        (Some(edge), None) if edge.area.covers(cell) => Some(edge),
+        _ => None,
     }
 }
 
@@ -69,70 +117,4 @@ pub fn handover_url(target: &NodeEntry, path_and_query: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use geofaas_config::Topology;
-
-    fn map() -> ServiceMap {
-        let text = include_str!("../../examples/berlin.toml");
-        Topology::parse(text, "berlin.toml", std::path::Path::new("../examples"))
-            .unwrap()
-            .service_map()
-            .unwrap()
-    }
-
-    fn loc(s: &str) -> Option<LatLon> {
-        Some(s.parse().unwrap())
-    }
-
-    #[test]
-    fn serve_handover_and_pinned() {
-        let map = map();
-        assert_eq!(
-            decide(&map, "tu-berlin", loc("52.51,13.32"), false),
-            Route::Serve
-        );
-        let Route::Handover(t) = decide(&map, "tu-berlin", loc("52.40,13.06"), false) else {
-            panic!()
-        };
-        assert_eq!(
-            handover_url(t, "/fn/sieve?x=1"),
-            "https://127.0.0.12:8443/fn/sieve?x=1"
-        );
-        let Route::Handover(t) = decide(&map, "tu-berlin", loc("51.5,-0.12"), false) else {
-            panic!()
-        };
-        assert_eq!(t.id, "cloud");
-        assert_eq!(
-            decide(&map, "cloud", loc("51.5,-0.12"), false),
-            Route::Serve
-        );
-        let Route::Handover(t) = decide(&map, "cloud", loc("52.51,13.32"), false) else {
-            panic!()
-        };
-        assert_eq!(t.id, "tu-berlin");
-        assert_eq!(
-            decide(&map, "cloud", loc("52.51,13.32"), true),
-            Route::Serve
-        );
-        assert_eq!(decide(&map, "potsdam", None, false), Route::Serve);
-    }
-
-    #[test]
-    fn malformed_location_names_header_and_value() {
-        let mut h = HeaderMap::new();
-        h.insert(LOCATION_HEADER, "52.5;13.3".parse().unwrap());
-        let err = header_location(&h).unwrap_err();
-        assert_eq!(err.status, 400);
-        assert!(
-            err.message.contains("X-Client-Location") && err.message.contains("52.5;13.3"),
-            "{err}"
-        );
-        h.insert(LOCATION_HEADER, "91,0".parse().unwrap());
-        assert!(header_location(&h)
-            .unwrap_err()
-            .message
-            .contains("latitude"));
-        assert_eq!(header_location(&HeaderMap::new()).unwrap(), None);
-    }
-}
+mod tests;

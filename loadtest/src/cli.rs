@@ -12,7 +12,7 @@ use geofaas_config::{LatLon, Role, ServiceMap, Topology};
 use indicatif::{ProgressBar, ProgressStyle};
 use url::Url;
 
-use crate::client::{ClientConfig, HttpVersion};
+use crate::client::{ClientConfig, HttpVersion, LocationHeader};
 use crate::record::Summary;
 use crate::runner::CallTemplate;
 use crate::spawn::{DelaySpec, Spawned};
@@ -109,6 +109,10 @@ pub struct CommonArgs {
     /// After a node failed, call the cloud directly for this many ms before trying it again.
     #[arg(long, default_value_t = 5000)]
     pub fallback_ms: u64,
+    /// Send the location as a `Sec-CH-Geohash` of this many characters (1-12) instead of
+    /// `X-Client-Location`.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=12))]
+    pub geohash: Option<u8>,
     /// Send an Idempotency-Key with every call (kept across its retry).
     #[arg(long)]
     pub idempotency: bool,
@@ -288,6 +292,10 @@ impl Ctx {
         client.timeout = Duration::from_millis(a.timeout_ms.unwrap_or(default_timeout_ms));
         client.retry = !a.no_retry;
         client.fallback_ttl = Duration::from_millis(a.fallback_ms);
+        client.location_header = match a.geohash {
+            Some(len) => LocationHeader::Geohash(len.into()),
+            None => LocationHeader::ClientLocation,
+        };
         let run_id = format!("{:x}", rand::random::<u64>());
         Ok(Self {
             template: CallTemplate {

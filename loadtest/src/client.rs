@@ -1,6 +1,7 @@
 //! [`GeoClient`]: the paper's GeoFaaS client over HTTPS.
 //!
-//! Each call carries `X-Client-Location`, goes to the cached node, follows a `307` handover
+//! Each call carries its location (`X-Client-Location`, or `Sec-CH-Geohash` when
+//! [`ClientConfig::location_header`] says so), goes to the cached node, follows a `307` handover
 //! (and caches the new node), and after a timeout or a connection failure is retried once at the
 //! cloud with `X-GeoFaaS-Retry: 1` (see [`crate::route`] for the rules). Every call returns a
 //! [`CallReport`]: who served it, whether it was offloaded, how many attempts and redirects it
@@ -10,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use geofaas_config::{LatLon, Role, Topology};
+use geofaas_config::{Geohash, LatLon, Role, Topology};
 use reqwest::header::{HeaderMap, HeaderValue, LOCATION};
 use reqwest::{Method, StatusCode, Version};
 use url::Url;
@@ -31,6 +32,17 @@ pub enum HttpVersion {
     Http1,
 }
 
+/// How a [`GeoClient`] tells the platform where it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LocationHeader {
+    /// `X-Client-Location: <lat>,<lon>` (the default).
+    #[default]
+    ClientLocation,
+    /// `Sec-CH-Geohash: "<geohash>"` with this many characters (1-12; a shorter geohash tells
+    /// less, and one whose cell spans several areas is served where it lands).
+    Geohash(usize),
+}
+
 /// How a [`GeoClient`] reaches the platform.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -48,6 +60,8 @@ pub struct ClientConfig {
     pub retry: bool,
     /// After a node failed, go straight to the cloud for this long. Default 5 s.
     pub fallback_ttl: Duration,
+    /// The header that carries a call's location. Default `X-Client-Location`.
+    pub location_header: LocationHeader,
 }
 
 impl ClientConfig {
@@ -61,6 +75,7 @@ impl ClientConfig {
             timeout: Duration::from_secs(1),
             retry: true,
             fallback_ttl: Duration::from_secs(5),
+            location_header: LocationHeader::ClientLocation,
         }
     }
 
@@ -84,7 +99,7 @@ impl ClientConfig {
 pub struct CallRequest {
     /// Function name (`/fn/{function}`).
     pub function: String,
-    /// Where the client is; sent as `X-Client-Location`.
+    /// Where the client is; sent as [`ClientConfig::location_header`] says.
     pub location: Option<LatLon>,
     /// Raw request body (the function's input). Empty by default.
     pub body: bytes::Bytes,
@@ -138,6 +153,7 @@ pub struct GeoClient {
     http: reqwest::Client,
     route: Mutex<RouteCache>,
     timeout: Duration,
+    location_header: LocationHeader,
 }
 
 enum Step {
@@ -171,6 +187,7 @@ impl GeoClient {
                 cfg.fallback_ttl,
             )),
             timeout: cfg.timeout,
+            location_header: cfg.location_header,
         })
     }
 
@@ -245,10 +262,9 @@ impl GeoClient {
         };
         let mut headers = HeaderMap::new();
         if let Some(loc) = req.location {
-            headers.insert(
-                headers::CLIENT_LOCATION,
-                HeaderValue::from_str(&loc.to_string()).expect("numbers are header-safe"),
-            );
+            if let Some((name, value)) = location_header(self.location_header, loc) {
+                headers.insert(name, value);
+            }
         }
         if target.retry_header {
             headers.insert(headers::RETRY, HeaderValue::from_static("1"));
@@ -352,7 +368,41 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     s
 }
 
+/// The header that tells the platform the client is at `loc`, as `how` says (`None` for a
+/// point no geohash can name).
+pub fn location_header(how: LocationHeader, loc: LatLon) -> Option<(&'static str, HeaderValue)> {
+    let (name, text) = match how {
+        LocationHeader::ClientLocation => (headers::CLIENT_LOCATION, loc.to_string()),
+        LocationHeader::Geohash(len) => {
+            (headers::GEOHASH, Geohash::encode(loc, len)?.header_value())
+        }
+    };
+    Some((name, HeaderValue::from_str(&text).ok()?))
+}
+
 /// The origin of a node's public URL, for comparing with [`GeoClient::cached_node`].
 pub fn node_origin(url: &Url) -> Url {
     origin(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_location_goes_as_the_configured_header() {
+        let p = LatLon::new(52.52, 13.405).unwrap();
+        let (name, value) = location_header(LocationHeader::ClientLocation, p).unwrap();
+        assert_eq!(
+            (name, value.to_str().unwrap()),
+            ("x-client-location", "52.52,13.405")
+        );
+        let (name, value) = location_header(LocationHeader::Geohash(5), p).unwrap();
+        assert_eq!(
+            (name, value.to_str().unwrap()),
+            ("sec-ch-geohash", "\"u33dc\"")
+        );
+        let cell = Geohash::from_header(value.as_bytes()).unwrap();
+        assert!(cell.contains(p));
+    }
 }

@@ -2,5 +2,5 @@
 //! platform's one list, `geofaas_config::headers`, shared with the gateway and the adapters.
 
 pub use geofaas_config::headers::{
-    CLIENT_LOCATION, IDEMPOTENCY_KEY, OFFLOADED_FROM, RETRY, SERVED_BY, SERVER_TIMING,
+    CLIENT_LOCATION, GEOHASH, IDEMPOTENCY_KEY, OFFLOADED_FROM, RETRY, SERVED_BY, SERVER_TIMING,
 };

@@ -1,7 +1,7 @@
 //! The geofaas client library and load generator.
 //!
 //! [`GeoClient`] behaves like the GeoFaaS paper's client, over HTTPS: every call carries
-//! `X-Client-Location`; a `307` handover is followed and the responsible node cached, so the
+//! `X-Client-Location` (or, with [`LocationHeader::Geohash`], a `Sec-CH-Geohash` hint); a `307` handover is followed and the responsible node cached, so the
 //! next call goes to it directly; a call that timed out or could not connect is retried once
 //! at the cloud with `X-GeoFaaS-Retry: 1` (and the cloud is used directly for a while after);
 //! an `Idempotency-Key` can be attached. Each call returns a [`CallReport`]: the node that
@@ -55,4 +55,4 @@ pub mod route;
 pub mod runner;
 pub mod spawn;
 
-pub use client::{CallReport, CallRequest, ClientConfig, GeoClient, HttpVersion};
+pub use client::{CallReport, CallRequest, ClientConfig, GeoClient, HttpVersion, LocationHeader};

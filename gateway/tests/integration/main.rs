@@ -9,6 +9,7 @@ mod deploy;
 mod dns_reload;
 mod errors;
 mod fleet;
+mod geo;
 mod handover;
 mod http2;
 mod idempotency;
