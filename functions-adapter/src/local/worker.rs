@@ -100,10 +100,13 @@ pub(crate) enum InstanceSource {
 
 impl InstanceSource {
     /// Called once a new instance has served (or failed, or abandoned) its first call: the
-    /// moment to replace the generic worker it was taken from.
+    /// moment to replace the generic worker it was taken from, or to fork the version's fork
+    /// server.
     pub(crate) fn first_call_done(&self) {
-        if let InstanceSource::NodePool(pool) = self {
-            pool.refill();
+        match self {
+            InstanceSource::NodePool(pool) => pool.refill(),
+            InstanceSource::Fork(server) => server.first_call_done(),
+            InstanceSource::Spawn => {}
         }
     }
 }

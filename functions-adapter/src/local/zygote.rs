@@ -1,15 +1,21 @@
 //! The runtime's Python zygote: one interpreter, started with the runtime, that holds the worker
-//! bootstrap and the modules it imports (json, os, socket, ...) but no function, and forks every
-//! Python process the runtime needs, so no function's first call waits for an interpreter to
-//! start.
+//! bootstrap and the modules it imports (json, inspect, os, socket, ...) but no function, and
+//! forks every Python process the runtime needs, so no function's first call waits for an
+//! interpreter to start (about 200 ms here).
 //!
-//! Each Python function version gets its own fork server, forked from the zygote on the
-//! version's first new instance: the child sets the version's environment (`FunctionSpec::env`),
-//! changes to its folder, imports `fn.py`, and then forks the version's instances (`fork.rs`).
-//! The other way, every instance forked from the zygote and importing the function itself
-//! ([`Mode::Instance`]), costs the same for a function's first instance but makes every later
-//! one pay the import again (and a function that imports numpy pays it in full each time);
-//! measured in `docs/deploy.md`. A fork server costs one idle process per loaded Python version,
+//! How a version's instances are forked ([`super::fork::STRATEGY`]): its first instance is a
+//! child of the zygote that sets the version's environment (`FunctionSpec::env`), changes to
+//! its folder, imports `fn.py` and serves ([`Mode::Instance`]): one fork and the import, the
+//! least a fresh process that runs the function can cost. After that instance's first call the
+//! zygote forks the version's fork server in the background, a child that imports the function
+//! once and forks every later instance ([`Mode::Server`], `fork.rs`), so an instance after an
+//! eviction or a scale-out costs one fork and no import. Both other ways were built and
+//! measured in the same run (`docs/deploy.md`, "Cold starts"): every instance from the
+//! version's fork server makes the first call pay a second fork and a round trip (about 2 ms
+//! more here); every instance from the zygote makes each one pay the import again, which for a
+//! function that imports `http.client` was 28 ms instead of 4 ms after an eviction. The cost
+//! of the choice is the function imported twice per version (once in the first instance, once
+//! in the server, off the call path) and one idle server process per loaded Python version,
 //! most of its memory shared with the zygote (copy on write).
 //!
 //! Isolation: the zygote never imports a function and a fork server never runs a call, so no
@@ -36,8 +42,7 @@ use super::worker::{Launch, ProcWorker, StartError};
 pub(crate) enum Mode {
     /// The function's fork server: it forks the function's instances.
     Server,
-    /// An instance that serves calls itself (see the module docs for why it is not used).
-    #[allow(dead_code)]
+    /// An instance that serves calls itself.
     Instance,
 }
 

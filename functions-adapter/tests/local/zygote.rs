@@ -1,5 +1,6 @@
 //! Python processes are forked from one zygote per runtime: a function's first call is served
-//! by a process whose fork server the zygote forked (no interpreter start), every instance
+//! by a process the zygote forked (no interpreter start), later instances by the version's fork
+//! server (the zygote's child, forked after that first call), every instance
 //! starts from the freshly imported module (no state from earlier instances, of this function
 //! or another), the version's environment reaches it, an import error fails the first call and
 //! `prepare`, and a killed zygote is replaced.
@@ -38,6 +39,29 @@ async fn zygote_of(rt: &LocalRuntime) -> u32 {
 const ENV_FN: &str = "import os\n\ndef fn(input, headers):\n    \
     return f\"{os.getpid()} {os.getppid()} {os.environ.get('VAR', '-')} {os.getcwd()}\"\n";
 
+/// Asks for new `globals` instances until one is forked by the version's fork server (which
+/// is forked in the background after the first instance's first call); (instance, server).
+/// Every instance on the way is fresh and forked by the zygote itself.
+async fn from_fork_server(rt: &LocalRuntime, zygote: u32) -> (u32, u32) {
+    for _ in 0..200 {
+        let (pid, parent, calls) = globals(rt, ContainerChoice::New).await;
+        assert_eq!(
+            calls, 1,
+            "a new instance sees nothing an earlier one changed"
+        );
+        if parent != zygote {
+            assert_eq!(
+                parent_of(parent),
+                zygote,
+                "the fork server is the zygote's child"
+            );
+            return (pid, parent);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no instance was ever forked by a fork server");
+}
+
 #[tokio::test]
 async fn the_zygote_starts_with_the_runtime_and_forks_every_first_instance() {
     let rt = runtime(&fixtures());
@@ -47,16 +71,17 @@ async fn the_zygote_starts_with_the_runtime_and_forks_every_first_instance() {
         std::process::id(),
         "the runtime's own child"
     );
-    let (first, server, calls) = globals(&rt, ContainerChoice::Any).await;
+    let (first, parent, calls) = globals(&rt, ContainerChoice::Any).await;
     assert_eq!(calls, 1);
     assert_eq!(
-        parent_of(server),
-        zygote,
-        "the first instance's fork server was forked by the zygote started with the runtime"
+        parent, zygote,
+        "the first instance is forked by the zygote started with the runtime"
     );
     let (same, _, calls) = globals(&rt, ContainerChoice::Reuse).await;
     assert_eq!((same, calls), (first, 2), "a warm instance keeps its state");
-    let mut pids = vec![first];
+    // Later instances come from the version's fork server, each a fresh process.
+    let (mut last, server) = from_fork_server(&rt, zygote).await;
+    let mut pids = vec![first, last];
     for _ in 0..4 {
         let (pid, parent, calls) = globals(&rt, ContainerChoice::New).await;
         assert_eq!(
@@ -66,12 +91,12 @@ async fn the_zygote_starts_with_the_runtime_and_forks_every_first_instance() {
         assert_eq!(parent, server, "forked by the version's fork server");
         assert!(!pids.contains(&pid), "a new process each time");
         pids.push(pid);
+        last = pid;
     }
-    // Another function: its own fork server, from the same zygote.
+    assert!(crate::alive(last));
+    // Another function's first instance: from the same zygote.
     let (text, _) = ok_text(&rt, "pid", "").await;
-    let other = parent_of(pid_of(&text));
-    assert_ne!(other, server);
-    assert_eq!(parent_of(other), zygote);
+    assert_eq!(parent_of(pid_of(&text)), zygote);
 }
 
 #[tokio::test]
@@ -177,18 +202,19 @@ async fn a_killed_zygote_is_replaced_on_the_next_first_call() {
     let spec = write_function(src.path(), "after", "fn.py", ENV_FN);
     rt.activate(rt.prepare_cold(spec).expect("load"), None);
     let (text, _) = ok_text(&rt, "after", "").await;
-    let server = text.split(' ').nth(1).and_then(|p| p.parse().ok()).unwrap();
+    let parent: u32 = text.split(' ').nth(1).and_then(|p| p.parse().ok()).unwrap();
     let new = rt.zygote_pid().expect("a zygote runs again");
     assert_ne!(new, old);
     assert!(alive(new));
-    assert_eq!(parent_of(server), new, "forked by the replacement");
+    assert_eq!(parent, new, "forked by the replacement");
 }
 
 #[tokio::test]
 async fn shutdown_and_drop_stop_the_zygote_and_its_fork_servers() {
     let rt = runtime(&fixtures());
     let zygote = zygote_of(&rt).await;
-    let (instance, server, _) = globals(&rt, ContainerChoice::Any).await;
+    globals(&rt, ContainerChoice::Any).await;
+    let (instance, server) = from_fork_server(&rt, zygote).await;
     rt.shutdown().await;
     for pid in [zygote, server, instance] {
         assert_gone(pid).await;
@@ -197,7 +223,8 @@ async fn shutdown_and_drop_stop_the_zygote_and_its_fork_servers() {
 
     let rt = runtime(&fixtures());
     let zygote = zygote_of(&rt).await;
-    let (instance, server, _) = globals(&rt, ContainerChoice::Any).await;
+    globals(&rt, ContainerChoice::Any).await;
+    let (instance, server) = from_fork_server(&rt, zygote).await;
     drop(rt);
     for pid in [zygote, server, instance] {
         assert_gone(pid).await;
