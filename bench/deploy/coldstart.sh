@@ -7,7 +7,7 @@
 #
 # Settings: OLD_REV, COLDSTART_N (samples per case, default 100), COLDSTART_PACE_MS (default
 # 300), CARGO_TARGET_DIR, GEOFAAS_PYTHON / GEOFAAS_NODE (default: the real python3 behind a
-# pyenv shim). The old revision is checked out in a temporary git worktree with this tree's
+# pyenv shim). The old revision is exported (git archive) to a temporary folder with this tree's
 # benchmark file copied in (LocalRuntime's public API is the same), and removed afterwards.
 # Prints both tables and the ratio old / new of each P50 and P99.
 set -euo pipefail
@@ -20,7 +20,7 @@ if [ -z "${GEOFAAS_PYTHON:-}" ] && command -v pyenv >/dev/null 2>&1; then
   export GEOFAAS_PYTHON
 fi
 out=$(mktemp -d)
-trap 'rm -rf "$out"; if [ -n "${old_tree:-}" ]; then git -C "$root" worktree remove --force "$old_tree"; fi' EXIT
+trap 'rm -rf "$out"' EXIT
 
 echo "machine: $(nproc) cores, $(uname -sr), $(python3 --version 2>&1 | head -1), node $(node --version)"
 echo "python: ${GEOFAAS_PYTHON:-python3 from PATH}; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -28,8 +28,9 @@ echo "new: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- functions-ada
 COLDSTART_LABEL=new cargo bench -q -p geofaas-functions --bench coldstart | tee "$out/new.md"
 
 if [ "$old_rev" != none ]; then
-  old_tree=$(mktemp -d)/old
-  git worktree add -q --detach "$old_tree" "$old_rev"
+  old_tree=$out/old
+  mkdir -p "$old_tree"
+  git archive "$old_rev" | tar -x -C "$old_tree"
   mkdir -p "$old_tree/functions-adapter/benches"
   cp functions-adapter/benches/coldstart.rs "$old_tree/functions-adapter/benches/"
   if ! grep -q 'name = "coldstart"' "$old_tree/functions-adapter/Cargo.toml"; then
