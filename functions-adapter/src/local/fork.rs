@@ -402,7 +402,16 @@ impl ForkServer {
     /// fork the server in the background (not sooner, so its import does not compete with
     /// that call for the CPU).
     pub(crate) fn first_call_done(self: &Arc<Self>) {
-        if STRATEGY != Strategy::FirstDirect || self.starting.swap(true, Ordering::AcqRel) {
+        if STRATEGY != Strategy::FirstDirect {
+            return;
+        }
+        // Most first calls are of instances the running server forked: nothing to start.
+        if let Ok(mut running) = self.running.try_lock() {
+            if running.as_mut().is_some_and(Forker::is_alive) {
+                return;
+            }
+        }
+        if self.starting.swap(true, Ordering::AcqRel) {
             return;
         }
         let server = Arc::clone(self);

@@ -11,12 +11,13 @@
 //! once and forks every later instance ([`Mode::Server`], `fork.rs`), so an instance after an
 //! eviction or a scale-out costs one fork and no import. Both other ways were built and
 //! measured in the same run (`docs/deploy.md`, "Cold starts"): every instance from the
-//! version's fork server makes the first call pay a second fork and a round trip (about 2 ms
-//! more here); every instance from the zygote makes each one pay the import again, which for a
-//! function that imports `http.client` was 28 ms instead of 4 ms after an eviction. The cost
-//! of the choice is the function imported twice per version (once in the first instance, once
-//! in the server, off the call path) and one idle server process per loaded Python version,
-//! most of its memory shared with the zygote (copy on write).
+//! version's fork server makes the first call pay a second fork and a round trip to the host
+//! (first call P50 7.8-11.5 ms against 5.1-5.3 ms here); every instance from the zygote makes
+//! each one pay the import again, which for a function that imports `http.client` made the
+//! first call after an eviction 24-34 ms instead of 3.5-5 ms. The cost of the choice is the
+//! function imported twice per version (once in the first instance, once in the server, off the
+//! call path) and one idle server process per loaded Python version, most of its memory shared
+//! with the zygote (copy on write).
 //!
 //! Isolation: the zygote never imports a function and a fork server never runs a call, so no
 //! instance sees anything another instance (of any function) did. Every child starts its own
