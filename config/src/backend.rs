@@ -70,11 +70,11 @@ pub struct LocalBackend {
     #[serde(default = "default_memory_limit_mb")]
     pub memory_limit_mb: u64,
     /// Fork every `python3` process from one zygote per runtime (an interpreter started with
-    /// the runtime, holding the worker but no function): a version's first instance forks its
-    /// fork server, which imports the function and forks the version's instances, so no call
-    /// waits for an interpreter start (about 200 ms), a function's first included. False starts
-    /// the interpreter for each instance (with the version's environment from its start).
-    /// Default true.
+    /// the runtime, holding the worker but no function): a version's first instance is a fork
+    /// that imports the function, later ones are forks of the version's fork server (a fork
+    /// that imported it once), so no call waits for an interpreter start (60-200 ms), a
+    /// function's first included. False starts the interpreter for each instance (with the
+    /// version's environment from its start). Default true.
     #[serde(default = "default_true")]
     pub fork_server: bool,
     /// Generic `nodejs` workers kept started per runtime (node and the worker loaded, no

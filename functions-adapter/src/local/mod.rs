@@ -5,10 +5,11 @@
 //!   `(req, res) => res.send(str)`) run in long-lived workers started from small bootstrap
 //!   scripts embedded in this crate. No interpreter starts on a call, a function's first
 //!   included: the runtime starts one Python zygote (`zygote.rs`) and a pool of generic Node.js
-//!   workers (`node_pool.rs`, `node_spares` of them) in the background when it starts. A new
-//!   `python3` instance is forked from its version's fork server, which the zygote forked and
-//!   which imported the function once (`fork.rs`; `fork_server = false` starts the interpreter
-//!   each time). A new `nodejs` instance takes a generic worker, which then loads the function
+//!   workers (`node_pool.rs`, `node_spares` of them) in the background when it starts. A
+//!   version's first `python3` instance is forked from the zygote and imports the function; the
+//!   later ones are forked from the version's fork server, which the zygote forks after that
+//!   first instance's first call (`fork_server.rs`, `fork.rs`; `fork_server = false` starts the
+//!   interpreter each time). A new `nodejs` instance takes a generic worker, which then loads the function
 //!   and serves it only (or, when none is ready, starts node and loads it; `node_spares = 0`
 //!   always does).
 //! - `binary` (`fn.sh`, stdin → stdout) runs one process per call; see `binary.rs` for what
@@ -26,6 +27,7 @@
 mod binary;
 mod error;
 mod fork;
+mod fork_server;
 mod node_pool;
 mod pool;
 mod proc;
@@ -287,7 +289,7 @@ impl LocalRuntime {
         let spec = Arc::new(spec);
         let source = match (spec.runtime, &inner.zygote, &inner.node_pool) {
             (Runtime::Python3, Some(zygote), _) => InstanceSource::Fork(Arc::new(
-                fork::ForkServer::new(spec.clone(), Arc::clone(zygote)),
+                fork_server::ForkServer::new(spec.clone(), Arc::clone(zygote)),
             )),
             (Runtime::Nodejs, _, Some(node_pool)) => {
                 InstanceSource::NodePool(Arc::clone(node_pool))

@@ -91,8 +91,8 @@ pub(crate) enum InstanceSource {
     /// A process started for each (the interpreter starts and imports the function).
     Spawn,
     /// Forked from the version's fork server, itself forked from the runtime's zygote
-    /// (python3, [`super::fork`], [`super::zygote`]).
-    Fork(Arc<super::fork::ForkServer>),
+    /// (python3, [`super::fork_server`], [`super::zygote`]).
+    Fork(Arc<super::fork_server::ForkServer>),
     /// A generic worker of the runtime's pool that loads the function, replaced in the
     /// background (nodejs, [`super::node_pool`]).
     NodePool(Arc<super::node_pool::NodePool>),

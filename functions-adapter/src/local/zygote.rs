@@ -3,12 +3,12 @@
 //! forks every Python process the runtime needs, so no function's first call waits for an
 //! interpreter to start (about 200 ms here).
 //!
-//! How a version's instances are forked ([`super::fork::STRATEGY`]): its first instance is a
+//! How a version's instances are forked ([`super::fork_server::STRATEGY`]): its first instance is a
 //! child of the zygote that sets the version's environment (`FunctionSpec::env`), changes to
 //! its folder, imports `fn.py` and serves ([`Mode::Instance`]): one fork and the import, the
 //! least a fresh process that runs the function can cost. After that instance's first call the
 //! zygote forks the version's fork server in the background, a child that imports the function
-//! once and forks every later instance ([`Mode::Server`], `fork.rs`), so an instance after an
+//! once and forks every later instance ([`Mode::Server`], `fork_server.rs`), so an instance after an
 //! eviction or a scale-out costs one fork and no import. Both other ways were built and
 //! measured in the same run (`docs/deploy.md`, "Cold starts"): every instance from the
 //! version's fork server makes the first call pay a second fork and a round trip to the host
