@@ -81,18 +81,22 @@ pub struct LocalBackend {
     /// Address-space limit of each worker process in MiB (RLIMIT_AS). Default 1024.
     #[serde(default = "default_memory_limit_mb")]
     pub memory_limit_mb: u64,
-    /// Fork new `python3` instances from a per-function fork server that has the interpreter
-    /// and the function loaded (milliseconds) instead of starting the interpreter for each
-    /// (about 150 ms). Default true.
+    /// Fork every `python3` process from one zygote per runtime (an interpreter started with
+    /// the runtime, holding the worker but no function): a version's first instance is a fork
+    /// that imports the function, later ones are forks of the version's fork server (a fork
+    /// that imported it once), so no call waits for an interpreter start (60-200 ms), a
+    /// function's first included. False starts the interpreter for each instance (with the
+    /// version's environment from its start). Default true.
     #[serde(default = "default_true")]
     pub fork_server: bool,
-    /// Spare `nodejs` instances kept started per function (node, the worker and the function
-    /// module loaded, waiting for a first call), so a new instance takes one (about a
-    /// millisecond) instead of starting node (about 80 ms); a replacement starts in the
-    /// background. Spares start after the function's first call and stay until the runtime
-    /// stops; they are processes on top of `max_instances` (about 40 MB resident each, most of
-    /// it node's shared binary). A second spare absorbs a slow refill on a busy machine.
-    /// 0 turns them off; at most 16. Default 2.
+    /// Generic `nodejs` workers kept started per runtime (node and the worker loaded, no
+    /// function), so a new instance of any function, its first included, takes one and loads
+    /// the module (milliseconds) instead of starting node (about 190 ms). A taken worker serves
+    /// that function only; a replacement starts in the background after its first call. The
+    /// workers start with the runtime and stay until it stops; they are processes on top of
+    /// `max_instances` (about 40 MB resident each, most of it node's shared binary). A second
+    /// one absorbs a slow refill on a busy machine. 0 turns them off (node starts per
+    /// instance); at most 16. Default 2.
     #[serde(default = "default_node_spares")]
     pub node_spares: usize,
 }

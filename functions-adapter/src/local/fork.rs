@@ -1,228 +1,311 @@
-//! A fork server per Python function: one process that has started the interpreter, the
-//! worker and imported the function once, and forks a fresh process for every new instance,
-//! so a cold start costs a `fork` instead of an interpreter start and an import.
+//! Forked Python processes: how they connect back, how their exits are learnt, and the
+//! processes that fork them.
 //!
-//! Isolation stays that of separate processes: the server never runs a call, so every
-//! instance begins from the freshly imported module (a global one call changes is not seen by
-//! an instance forked after it); each instance leads its own process group (killed as a whole
-//! on timeout or eviction) and inherits the server's address-space limit. An instance connects
-//! back to a Unix socket of its function twice, matched by a random token: once for the call
-//! frames (the same frames as a worker on pipes) and once as its own stderr. The server reports
-//! every instance's exit status, so a crash is described as precisely as a piped worker's. If
-//! the server dies it is started again on the next new instance. Node.js has no `fork()` of a
-//! running process, so its new instances come from pre-started spares instead (`spare.rs`).
+//! Every process the zygote (`zygote.rs`) or a fork server forks connects back to the runtime's
+//! one Unix socket twice, each connection introducing itself with a random token the host chose
+//! for that fork: once for its frames (calls, or a fork server's requests and reports) and once
+//! as its own stderr. [`Rendezvous`] accepts them and hands each to the fork that expects it,
+//! so forks of different functions proceed at once. A process that forks (the zygote, a fork
+//! server: a [`Forker`]) reports the pid of every child and every child's exit status, so a
+//! crash is described as precisely as a piped worker's ([`Exits`]).
+//!
+//! The fork server of each Python version, the other forker, is in `fork_server.rs`.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex as SyncMutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as SyncMutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, Mutex, Notify};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::proc::StderrTail;
-use super::spec::FunctionSpec;
-use super::worker::{Launch, ProcWorker, StartError, KIND_READY};
+use super::worker::{ProcWorker, StartError, KIND_READY};
 
-/// Frame kind of the server's answer to a fork request (payload: the pid, ASCII).
+/// Frame kind of a forker's answer to a fork request (payload: the pid, ASCII).
 const KIND_FORKED: u8 = 5;
 /// Frame kind of an exit report (payload: `<pid> <raw wait status>`, ASCII).
 const KIND_EXITED: u8 = 6;
-/// How long a forked instance gets to connect back.
+/// How long a forked process gets to connect back (and a forker to answer).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Exit statuses of forked instances, as their fork server reported them.
+type Waiters = HashMap<Vec<u8>, oneshot::Sender<UnixStream>>;
+
+/// The runtime's socket that forked processes connect back to.
+#[derive(Debug)]
+pub(crate) struct Rendezvous {
+    path: PathBuf,
+    waiting: Arc<SyncMutex<Waiters>>,
+}
+
+/// The two connections one fork expects; dropping it forgets them.
+pub(crate) struct Expected<'a> {
+    rendezvous: &'a Rendezvous,
+    token: String,
+    calls: oneshot::Receiver<UnixStream>,
+    stderr: oneshot::Receiver<UnixStream>,
+}
+
+impl Rendezvous {
+    /// Binds `path` and accepts connections until `stop` fires. Needs a tokio runtime.
+    pub(crate) fn bind(path: PathBuf, stop: CancellationToken) -> std::io::Result<Arc<Self>> {
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        let waiting = Arc::new(SyncMutex::new(Waiters::new()));
+        tokio::spawn(accept_loop(listener, Arc::clone(&waiting), stop));
+        Ok(Arc::new(Self { path, waiting }))
+    }
+
+    /// The socket's path, passed to the processes that connect back.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Registers a new random token; the child must be told it before it is forked.
+    pub(crate) fn expect(&self) -> Expected<'_> {
+        let token = format!("{:032x}", rand::random::<u128>());
+        let (calls_tx, calls) = oneshot::channel();
+        let (stderr_tx, stderr) = oneshot::channel();
+        let mut waiting = self.lock();
+        waiting.insert(token.clone().into_bytes(), calls_tx);
+        waiting.insert(format!("{token}:stderr").into_bytes(), stderr_tx);
+        drop(waiting);
+        Expected {
+            rendezvous: self,
+            token,
+            calls,
+            stderr,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Waiters> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Expected<'_> {
+    /// The token the child introduces itself with.
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Waits for the child `pid` to connect back and answer ready: the child as a worker.
+    /// Fails early if it exits first, and kills it if it does not connect in time.
+    pub(crate) async fn child(
+        mut self,
+        pid: u32,
+        exits: Arc<Exits>,
+        label: Arc<str>,
+    ) -> Result<ProcWorker, StartError> {
+        let both = async {
+            let calls = (&mut self.calls).await.ok()?;
+            let stderr = (&mut self.stderr).await.ok()?;
+            Some((calls, stderr))
+        };
+        let connected = tokio::select! {
+            both = tokio::time::timeout(CONNECT_TIMEOUT, both) => both.ok().flatten(),
+            status = exits.exited(pid) => {
+                let how = super::proc::describe_exit(status);
+                return Err(fork_failed(&format!("process {pid} {how} before it connected back")));
+            }
+        };
+        let Some((calls, stderr)) = connected else {
+            super::proc::kill_group(pid);
+            return Err(fork_failed("the forked process did not connect back"));
+        };
+        let stderr = StderrTail::capture(stderr, label, pid);
+        let mut worker = ProcWorker::from_socket(calls, stderr, pid, exits);
+        worker.handshake().await?;
+        Ok(worker)
+    }
+}
+
+impl Drop for Expected<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.rendezvous.lock();
+        waiting.remove(self.token.as_bytes());
+        waiting.remove(format!("{}:stderr", self.token).as_bytes());
+    }
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    waiting: Arc<SyncMutex<Waiters>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let waiting = Arc::clone(&waiting);
+        tokio::spawn(async move {
+            let Ok(Some((token, stream))) =
+                tokio::time::timeout(CONNECT_TIMEOUT, hello(stream)).await
+            else {
+                return;
+            };
+            let waiter = waiting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&token);
+            // A connection nobody expects (a late one, a stranger) is closed.
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(stream);
+            }
+        });
+    }
+}
+
+/// Reads the hello frame (kind ready, payload the token) a connecting process sends first.
+async fn hello(mut stream: UnixStream) -> Option<(Vec<u8>, UnixStream)> {
+    let mut head = [0u8; 5];
+    stream.read_exact(&mut head).await.ok()?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if head[0] != KIND_READY || len > 64 {
+        return None;
+    }
+    let mut token = vec![0u8; len];
+    stream.read_exact(&mut token).await.ok()?;
+    Some((token, stream))
+}
+
+/// Exit statuses of forked processes, as the processes that forked them reported them. Only
+/// processes still owned by a worker are tracked ([`Self::forget`] when it is dropped).
 #[derive(Debug, Default)]
 pub(crate) struct Exits {
-    statuses: SyncMutex<HashMap<u32, ExitStatus>>,
-    reported: Notify,
+    statuses: SyncMutex<HashMap<u32, Option<ExitStatus>>>,
+    reported: tokio::sync::Notify,
 }
 
 impl Exits {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u32, Option<ExitStatus>>> {
+        self.statuses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watch(&self, pid: u32) {
+        self.lock().insert(pid, None);
+    }
+
     fn record(&self, pid: u32, status: ExitStatus) {
-        if let Ok(mut s) = self.statuses.lock() {
-            s.insert(pid, status);
+        if let Some(slot) = self.lock().get_mut(&pid) {
+            *slot = Some(status);
         }
         self.reported.notify_waiters();
     }
 
+    /// Stops tracking `pid` (its worker is gone).
+    pub(crate) fn forget(&self, pid: u32) {
+        self.lock().remove(&pid);
+    }
+
     /// Whether `pid` is known to have exited.
     pub(crate) fn has_exited(&self, pid: u32) -> bool {
-        self.statuses.lock().is_ok_and(|s| s.contains_key(&pid))
+        matches!(self.lock().get(&pid), Some(Some(_)))
+    }
+
+    /// Resolves with `pid`'s exit status once it is reported (never, if it is not).
+    pub(crate) async fn exited(&self, pid: u32) -> ExitStatus {
+        loop {
+            let notified = self.reported.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(Some(status)) = self.lock().get(&pid) {
+                return *status;
+            }
+            notified.await;
+        }
     }
 
     /// `pid`'s exit status, waiting up to `wait` for the report.
     pub(crate) async fn take(&self, pid: u32, wait: Duration) -> Option<ExitStatus> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let notified = self.reported.notified();
-            if let Some(status) = self.statuses.lock().ok().and_then(|mut s| s.remove(&pid)) {
-                return Some(status);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return None;
-            }
-        }
+        tokio::time::timeout(wait, self.exited(pid)).await.ok()
     }
 }
 
-/// The fork server of one function, started on its first new instance.
+/// A process that forks children on request: the zygote, or a function's fork server.
 #[derive(Debug)]
-pub(crate) struct ForkServer {
-    spec: Arc<FunctionSpec>,
-    launch: Arc<Launch>,
-    socket: PathBuf,
-    exits: Arc<Exits>,
-    running: Mutex<Option<Running>>,
-}
-
-#[derive(Debug)]
-struct Running {
-    server: ProcWorker,
+pub(crate) struct Forker {
+    process: ProcWorker,
     forked: mpsc::Receiver<u32>,
-    listener: UnixListener,
+    /// Set when its reports ended (it exited or closed its output).
+    gone: Arc<AtomicBool>,
 }
 
-impl ForkServer {
-    /// A fork server for `spec` whose instances connect to a socket under `dir`.
-    pub(crate) fn new(spec: Arc<FunctionSpec>, launch: Arc<Launch>, dir: &std::path::Path) -> Self {
-        let socket = dir.join(format!("{}.fork.sock", spec.instance_name()));
-        Self {
-            spec,
-            launch,
-            socket,
-            exits: Arc::default(),
-            running: Mutex::new(None),
-        }
-    }
-
-    /// A new instance, forked from the server (which is started first if it is not running).
-    pub(crate) async fn instance(&self) -> Result<ProcWorker, StartError> {
-        let mut running = self.running.lock().await;
-        if !running.as_mut().is_some_and(|r| r.server.is_alive()) {
-            *running = None;
-            *running = Some(self.start().await?);
-        }
-        let Some(r) = running.as_mut() else {
-            return Err(fork_failed("the server did not start"));
-        };
-        let token = format!("{:032x}", rand::random::<u128>());
-        let pid = match fork(r, token.as_bytes()).await {
-            Ok(pid) => pid,
-            Err(e) => {
-                *running = None;
-                return Err(e);
-            }
-        };
-        let connected = async {
-            let calls = accept(&r.listener, token.as_bytes()).await?;
-            let stderr = accept(&r.listener, format!("{token}:stderr").as_bytes()).await?;
-            Some((calls, stderr))
-        };
-        let Ok(Some((calls, stderr))) = tokio::time::timeout(CONNECT_TIMEOUT, connected).await
-        else {
-            super::proc::kill_group(pid);
-            return Err(fork_failed("the forked instance did not connect back"));
-        };
-        let stderr = StderrTail::capture(stderr, Arc::from(self.spec.name.as_str()), pid);
-        Ok(ProcWorker::from_socket(
-            calls,
-            stderr,
-            pid,
-            self.exits.clone(),
-        ))
-    }
-
-    async fn start(&self) -> Result<Running, StartError> {
-        let _ = std::fs::remove_file(&self.socket);
-        let listener = UnixListener::bind(&self.socket).map_err(|source| StartError::Spawn {
-            program: format!("fork socket {}", self.socket.display()),
-            source,
-        })?;
-        let extra = [
-            std::ffi::OsStr::new("--fork-server"),
-            self.socket.as_os_str(),
-        ];
-        let mut server = ProcWorker::start_with(&self.spec, &self.launch, &extra).await?;
+impl Forker {
+    /// Takes over `process` (which answered ready), reading its reports into `exits`.
+    pub(crate) fn new(mut process: ProcWorker, exits: Arc<Exits>) -> Self {
         let (tx, forked) = mpsc::channel(1);
-        let Some(reports) = server.take_output() else {
-            return Err(fork_failed("the server has no output"));
-        };
-        tokio::spawn(read_reports(reports, tx, self.exits.clone()));
-        tracing::debug!(function = %self.spec.name, pid = server.pid, "fork server started");
-        Ok(Running {
-            server,
+        let gone = Arc::new(AtomicBool::new(false));
+        let reports = process.take_output();
+        tokio::spawn(read_reports(reports, tx, exits, Arc::clone(&gone)));
+        Self {
+            process,
             forked,
-            listener,
-        })
-    }
-}
-
-impl Drop for ForkServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-/// Asks the server for a new instance; its pid.
-async fn fork(r: &mut Running, token: &[u8]) -> Result<u32, StartError> {
-    let len = u32::try_from(token.len()).unwrap_or(u32::MAX);
-    let sent = async {
-        r.server.stdin.write_all(&len.to_be_bytes()).await?;
-        r.server.stdin.write_all(token).await?;
-        r.server.stdin.flush().await
-    };
-    if sent.await.is_err() {
-        return Err(fork_failed("the server closed its input"));
-    }
-    match tokio::time::timeout(CONNECT_TIMEOUT, r.forked.recv()).await {
-        Ok(Some(pid)) => Ok(pid),
-        _ => Err(fork_failed("the server did not answer the fork request")),
-    }
-}
-
-/// The next connection that introduces itself with `token` (others are dropped).
-async fn accept(listener: &UnixListener, token: &[u8]) -> Option<UnixStream> {
-    loop {
-        let (mut stream, _) = listener.accept().await.ok()?;
-        let mut head = [0u8; 5];
-        if stream.read_exact(&mut head).await.is_err() || head[0] != KIND_READY {
-            continue;
+            gone,
         }
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        if len != token.len() {
-            continue;
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.process.pid
+    }
+
+    pub(crate) fn is_alive(&mut self) -> bool {
+        !self.gone.load(Ordering::Relaxed) && self.process.is_alive()
+    }
+
+    /// Asks for a child, sending `request`; the child's pid.
+    pub(crate) async fn fork(&mut self, request: &[u8]) -> Result<u32, StartError> {
+        let len = u32::try_from(request.len()).unwrap_or(u32::MAX);
+        let stdin = &mut self.process.stdin;
+        let sent = async {
+            stdin.write_all(&len.to_be_bytes()).await?;
+            stdin.write_all(request).await?;
+            stdin.flush().await
+        };
+        if sent.await.is_err() {
+            return Err(fork_failed("the forking process closed its input"));
         }
-        let mut got = vec![0u8; len];
-        if stream.read_exact(&mut got).await.is_ok() && got == token {
-            return Some(stream);
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.forked.recv()).await {
+            Ok(Some(pid)) => Ok(pid),
+            _ => Err(fork_failed(
+                "the forking process did not answer the fork request",
+            )),
         }
     }
 }
 
-/// Reads the server's frames: fork answers to `forked`, exit reports into `exits`.
+/// Reads a forker's frames: fork answers to `forked`, exit reports into `exits`.
 async fn read_reports(
-    mut out: tokio::io::BufReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    mut out: BufReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
     forked: mpsc::Sender<u32>,
     exits: Arc<Exits>,
+    gone: Arc<AtomicBool>,
 ) {
     loop {
         let mut head = [0u8; 5];
         if out.read_exact(&mut head).await.is_err() {
-            return;
+            break;
         }
         let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
         let mut payload = vec![0u8; len.min(256)];
         if len > 256 || out.read_exact(&mut payload).await.is_err() {
-            return;
+            break;
         }
         let text = String::from_utf8_lossy(&payload);
         match head[0] {
             KIND_FORKED => {
                 if let Ok(pid) = text.parse() {
+                    // Tracked before any report of its exit can be read.
+                    exits.watch(pid);
                     let _ = forked.send(pid).await;
                 }
             }
@@ -235,14 +318,15 @@ async fn read_reports(
                     exits.record(pid, ExitStatus::from_raw(raw));
                 }
             }
-            kind => tracing::warn!(kind, "fork server sent an unknown frame"),
+            kind => tracing::warn!(kind, "forking process sent an unknown frame"),
         }
     }
+    gone.store(true, Ordering::Relaxed);
 }
 
-fn fork_failed(message: &str) -> StartError {
+pub(crate) fn fork_failed(message: &str) -> StartError {
     StartError::Init {
-        message: format!("fork server: {message}"),
+        message: format!("fork: {message}"),
         report: String::new(),
     }
 }

@@ -3,11 +3,15 @@
 //!
 //! - `python3` (`fn.py` with `fn(input, headers) -> str`) and `nodejs` (a module exporting
 //!   `(req, res) => res.send(str)`) run in long-lived workers started from small bootstrap
-//!   scripts embedded in this crate. A new `python3` instance is forked from a per-function fork
-//!   server that has already imported the function (`fork.rs`; `fork_server = false` starts the
-//!   interpreter each time). A new `nodejs` instance takes a spare process that has already
-//!   loaded the function (`spare.rs`, `node_spares` per function, refilled in the background),
-//!   or, when none is ready, starts node and loads it.
+//!   scripts embedded in this crate. No interpreter starts on a call, a function's first
+//!   included: the runtime starts one Python zygote (`zygote.rs`) and a pool of generic Node.js
+//!   workers (`node_pool.rs`, `node_spares` of them) in the background when it starts. A
+//!   version's first `python3` instance is forked from the zygote and imports the function; the
+//!   later ones are forked from the version's fork server, which the zygote forks after that
+//!   first instance's first call (`fork_server.rs`, `fork.rs`; `fork_server = false` starts the
+//!   interpreter each time). A new `nodejs` instance takes a generic worker, which then loads the function
+//!   and serves it only (or, when none is ready, starts node and loads it; `node_spares = 0`
+//!   always does).
 //! - `binary` (`fn.sh`, stdin → stdout) runs one process per call; see `binary.rs` for what
 //!   "warm" means there.
 //!
@@ -23,12 +27,14 @@
 mod binary;
 mod error;
 mod fork;
+mod fork_server;
+mod node_pool;
 mod pool;
 mod proc;
 mod scratch;
-mod spare;
 mod spec;
 mod worker;
+mod zygote;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +61,7 @@ const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
 const NODE_BOOTSTRAP: &str = include_str!("bootstrap/worker.js");
 /// Address space (RLIMIT_AS) node 20 needs to start at all, measured: 512 MiB fails, 1024 works.
 const NODE_MIN_MEMORY_MB: u64 = 1024;
-/// Most spare instances a Node.js function may keep (`node_spares`).
+/// Most generic Node.js workers a runtime may keep (`node_spares`).
 const MAX_NODE_SPARES: usize = 16;
 /// How long [`LocalRuntime::shutdown`] waits for in-flight calls to drop their workers.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -87,15 +93,18 @@ struct Inner {
     launch: Arc<Launch>,
     keep_alive: Duration,
     max_instances: usize,
-    node_spares: usize,
+    /// Forks every Python process (`None` with `fork_server = false`).
+    zygote: Option<Arc<zygote::Zygote>>,
+    /// Generic Node.js workers (`None` with `node_spares = 0`).
+    node_pool: Option<Arc<node_pool::NodePool>>,
     /// Notified whenever a call has given its instance back (or lost it), so calls that must
     /// reuse one ([`ContainerChoice::Reuse`]) wait for it instead of starting another.
     returned: tokio::sync::Notify,
     timeout: Duration,
     stop: CancellationToken,
-    /// Holds the bootstrap scripts; deleted when the runtime goes away (or by the next runtime
-    /// to start, when this one was killed).
-    scripts: scratch::Scratch,
+    /// Holds the bootstrap scripts and the zygote's socket; deleted when the runtime goes away
+    /// (or by the next runtime to start, when this one was killed).
+    _scripts: scratch::Scratch,
 }
 
 /// What a function name serves: its live version and, during a rollout, a second version that
@@ -133,7 +142,7 @@ pub fn rollout_bucket(caller: u64) -> u8 {
 }
 
 /// One version of a function with its pool of instances. Dropped once no entry and no call
-/// holds it any more: its instances, fork server and spares are stopped then.
+/// holds it any more: its instances and fork server are stopped then.
 #[derive(Debug)]
 struct Loaded {
     pool: WorkerPool,
@@ -147,8 +156,8 @@ impl Loaded {
     fn stop(&self) {
         self.pool.close();
         self.pool.retain(|_, _| false);
-        if let InstanceSource::Spares(spares) = &self.pool.manager().source {
-            spares.clear();
+        if let InstanceSource::Fork(server) = &self.pool.manager().source {
+            server.stop();
         }
     }
 }
@@ -182,8 +191,9 @@ pub struct Serving {
 
 impl LocalRuntime {
     /// Scans `cfg.functions_dir` (relative to `base_dir`, usually the topology file's folder),
-    /// writes the worker bootstraps to a temporary folder and starts the keep-alive reaper.
-    /// No worker starts until its function is first called. Must run inside a tokio runtime.
+    /// writes the worker bootstraps to a temporary folder, starts the keep-alive reaper and, in
+    /// the background, the Python zygote and the generic Node.js workers. No function's worker
+    /// starts until the function is first called. Must run inside a tokio runtime.
     pub fn new(cfg: &LocalBackend, base_dir: &Path) -> Result<Self, LocalError> {
         validate(cfg)?;
         let handle =
@@ -197,21 +207,45 @@ impl LocalRuntime {
             node_bootstrap: write_script(scripts.path(), "worker.js", NODE_BOOTSTRAP)?,
             memory_limit_mb: cfg.memory_limit_mb,
             max_output_bytes: cfg.max_output_bytes,
-            fork_server: cfg.fork_server,
         });
         let keep_alive = Duration::from_secs(cfg.keep_alive_s);
         let stop = CancellationToken::new();
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let zygote = if cfg.fork_server {
+            let socket = scripts.path().join("fork.sock");
+            let rendezvous =
+                fork::Rendezvous::bind(socket, stop.clone()).map_err(LocalError::Bootstrap)?;
+            let dir = scripts.path().to_path_buf();
+            Some(zygote::Zygote::new(
+                Arc::clone(&launch),
+                dir,
+                rendezvous,
+                stop.clone(),
+            ))
+        } else {
+            None
+        };
+        let node_pool = (cfg.node_spares > 0).then(|| {
+            Arc::new(node_pool::NodePool::new(
+                Arc::clone(&launch),
+                scripts.path().to_path_buf(),
+                cfg.node_spares,
+                timeout,
+                stop.clone(),
+            ))
+        });
         let inner = Arc::new(Inner {
             functions: ArcSwap::from_pointee(HashMap::new()),
             changes: std::sync::Mutex::new(()),
             launch,
             keep_alive,
             max_instances: cfg.max_instances,
-            node_spares: cfg.node_spares,
+            zygote,
+            node_pool,
             returned: tokio::sync::Notify::new(),
-            timeout: Duration::from_millis(cfg.timeout_ms),
+            timeout,
             stop: stop.clone(),
-            scripts,
+            _scripts: scripts,
         });
         let runtime = Self { inner };
         let mut functions = HashMap::new();
@@ -239,6 +273,12 @@ impl LocalRuntime {
             keep_alive,
             stop,
         ));
+        if let Some(zygote) = &runtime.inner.zygote {
+            zygote.start_in_background();
+        }
+        if let Some(node_pool) = &runtime.inner.node_pool {
+            node_pool.refill();
+        }
         Ok(runtime)
     }
 
@@ -247,18 +287,12 @@ impl LocalRuntime {
         let inner = &self.inner;
         let launch = &inner.launch;
         let spec = Arc::new(spec);
-        let source = match spec.runtime {
-            Runtime::Python3 if launch.fork_server => InstanceSource::Fork(Arc::new(
-                fork::ForkServer::new(spec.clone(), Arc::clone(launch), inner.scripts.path()),
+        let source = match (spec.runtime, &inner.zygote, &inner.node_pool) {
+            (Runtime::Python3, Some(zygote), _) => InstanceSource::Fork(Arc::new(
+                fork_server::ForkServer::new(spec.clone(), Arc::clone(zygote)),
             )),
-            Runtime::Nodejs if inner.node_spares > 0 => {
-                InstanceSource::Spares(Arc::new(spare::Spares::new(
-                    spec.clone(),
-                    Arc::clone(launch),
-                    inner.node_spares,
-                    inner.timeout,
-                    inner.stop.clone(),
-                )))
+            (Runtime::Nodejs, _, Some(node_pool)) => {
+                InstanceSource::NodePool(Arc::clone(node_pool))
             }
             _ => InstanceSource::Spawn,
         };
@@ -283,8 +317,8 @@ impl LocalRuntime {
     }
 
     /// Gets a version of a function ready to take calls: its pool and, with `warm`, one
-    /// instance started (through its fork server or spares) and idle, so the version's first
-    /// call is a warm one. A function that cannot start (no interpreter, an import that fails)
+    /// instance started (forked through the zygote, or a generic Node.js worker that loaded
+    /// it) and idle, so the version's first call is a warm one. A function that cannot start (no interpreter, an import that fails)
     /// is an error, and nothing that serves calls changes.
     pub async fn prepare(&self, spec: FunctionSpec, warm: bool) -> Result<Prepared, LocalError> {
         let name = spec.name.clone();
@@ -310,7 +344,8 @@ impl LocalRuntime {
                     })
                 }
             };
-            // Warmed: the first call to take it is a warm one, and a spare taken is replaced.
+            // Warmed: the first call to take it is a warm one, and a generic worker taken is
+            // replaced.
             if worker.cold.take().is_some() {
                 loaded.pool.manager().source.first_call_done();
             }
@@ -386,7 +421,7 @@ impl LocalRuntime {
     }
 
     /// Idle, busy and maximum instances of `function` (`None` if it is not served here), over
-    /// its live version and a rollout's; spare Node instances ([`Self::spare_pids`]) are not
+    /// its live version and a rollout's; generic Node.js workers ([`Self::spare_pids`]) are not
     /// counted until a call takes one.
     pub fn stats(&self, function: &str) -> Option<PoolStats> {
         let functions = self.inner.functions.load();
@@ -405,17 +440,35 @@ impl LocalRuntime {
         Some(stats)
     }
 
-    /// PIDs of `function`'s spare instances, started and waiting for a first call (`node_spares`;
-    /// empty when it has none or is not served here). Spares are not counted in [`Self::stats`].
+    /// PIDs of the started processes a new instance of `function` would be taken from: the
+    /// runtime's generic Node.js workers ([`Self::node_worker_pids`]) for a `nodejs` function
+    /// that uses them, none otherwise or when `function` is not served here. They belong to no
+    /// function until taken and are not counted in [`Self::stats`].
     pub fn spare_pids(&self, function: &str) -> Vec<u32> {
         let functions = self.inner.functions.load();
         match functions
             .get(function)
             .map(|e| &e.live.pool.manager().source)
         {
-            Some(InstanceSource::Spares(spares)) => spares.pids(),
+            Some(InstanceSource::NodePool(pool)) => pool.pids(),
             _ => Vec::new(),
         }
+    }
+
+    /// PIDs of the generic Node.js workers that are started and wait to become an instance of
+    /// some function (`node_spares` of them once filled; empty with `node_spares = 0`).
+    pub fn node_worker_pids(&self) -> Vec<u32> {
+        self.inner
+            .node_pool
+            .as_ref()
+            .map(|p| p.pids())
+            .unwrap_or_default()
+    }
+
+    /// PID of the Python zygote that forks every Python process, once it runs (`None` while it
+    /// starts, after it died until the next fork starts another, and with `fork_server = false`).
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.inner.zygote.as_ref().and_then(|z| z.pid())
     }
 
     /// Stops the idle instances of every function that outlived `keep_alive` now, instead of
@@ -444,6 +497,12 @@ impl LocalRuntime {
         }
         for v in versions() {
             v.stop();
+        }
+        if let Some(zygote) = &self.inner.zygote {
+            zygote.stop().await;
+        }
+        if let Some(node_pool) = &self.inner.node_pool {
+            node_pool.clear();
         }
     }
 
@@ -539,6 +598,12 @@ impl Drop for Inner {
         for v in self.functions.load().values().flat_map(Entry::versions) {
             v.stop();
         }
+        if let Some(zygote) = &self.zygote {
+            zygote.stop_now();
+        }
+        if let Some(node_pool) = &self.node_pool {
+            node_pool.clear();
+        }
     }
 }
 
@@ -594,7 +659,7 @@ fn validate(cfg: &LocalBackend) -> Result<(), LocalError> {
     }
     if cfg.node_spares > MAX_NODE_SPARES {
         return Err(LocalError::Config(format!(
-            "node_spares must be at most {MAX_NODE_SPARES} (each spare is an idle node process), \
+            "node_spares must be at most {MAX_NODE_SPARES} (each is an idle node process), \
              not {}",
             cfg.node_spares
         )));

@@ -79,6 +79,9 @@ pub(crate) fn describe_exit(status: ExitStatus) -> String {
 #[derive(Debug)]
 pub(crate) struct StderrTail {
     buf: Arc<Mutex<Vec<u8>>>,
+    /// What the log lines name as the writer (a generic worker is renamed when it loads a
+    /// function).
+    label: Arc<Mutex<Arc<str>>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -91,6 +94,8 @@ impl StderrTail {
     ) -> Self {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
+        let label = Arc::new(Mutex::new(function));
+        let named = Arc::clone(&label);
         let task = tokio::spawn(async move {
             let mut chunk = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut chunk).await {
@@ -98,6 +103,7 @@ impl StderrTail {
                     break;
                 }
                 let text = String::from_utf8_lossy(&chunk[..n]);
+                let function = named.lock().map(|l| Arc::clone(&l)).unwrap_or_default();
                 tracing::debug!(function = %function, pid, output = %text.trim_end(), "function stderr");
                 if let Ok(mut tail) = sink.lock() {
                     tail.extend_from_slice(&chunk[..n]);
@@ -108,7 +114,15 @@ impl StderrTail {
         });
         Self {
             buf,
+            label,
             task: Some(task),
+        }
+    }
+
+    /// Names the writer `function` in the lines logged from now on.
+    pub(crate) fn relabel(&self, function: Arc<str>) {
+        if let Ok(mut label) = self.label.lock() {
+            *label = function;
         }
     }
 

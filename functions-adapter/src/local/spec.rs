@@ -73,14 +73,6 @@ impl FunctionSpec {
         self.env = env;
         self
     }
-
-    /// A name unique to this version among the runtime's functions (socket names).
-    pub(crate) fn instance_name(&self) -> String {
-        match &self.version {
-            Some(v) => format!("{}@{v}", self.name),
-            None => self.name.clone(),
-        }
-    }
 }
 
 /// Reads every function folder under `dir`, or only `only` when given. Hidden entries and plain

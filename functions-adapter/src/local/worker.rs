@@ -35,8 +35,6 @@ pub(crate) struct Launch {
     pub node_bootstrap: PathBuf,
     pub memory_limit_mb: u64,
     pub max_output_bytes: usize,
-    /// Fork new Python instances from a per-function fork server ([`super::fork`]).
-    pub fork_server: bool,
 }
 
 /// Why a new instance could not start.
@@ -92,18 +90,23 @@ impl CallResult {
 pub(crate) enum InstanceSource {
     /// A process started for each (the interpreter starts and imports the function).
     Spawn,
-    /// Forked from the function's fork server (python3, [`super::fork`]).
-    Fork(Arc<super::fork::ForkServer>),
-    /// A pre-started spare, replaced in the background (nodejs, [`super::spare`]).
-    Spares(Arc<super::spare::Spares>),
+    /// Forked from the version's fork server, itself forked from the runtime's zygote
+    /// (python3, [`super::fork_server`], [`super::zygote`]).
+    Fork(Arc<super::fork_server::ForkServer>),
+    /// A generic worker of the runtime's pool that loads the function, replaced in the
+    /// background (nodejs, [`super::node_pool`]).
+    NodePool(Arc<super::node_pool::NodePool>),
 }
 
 impl InstanceSource {
     /// Called once a new instance has served (or failed, or abandoned) its first call: the
-    /// moment to replace the spare it was taken from.
+    /// moment to replace the generic worker it was taken from, or to fork the version's fork
+    /// server.
     pub(crate) fn first_call_done(&self) {
-        if let InstanceSource::Spares(spares) = self {
-            spares.refill();
+        match self {
+            InstanceSource::NodePool(pool) => pool.refill(),
+            InstanceSource::Fork(server) => server.first_call_done(),
+            InstanceSource::Spawn => {}
         }
     }
 }
@@ -141,7 +144,7 @@ impl Worker {
         let process = match (spec.runtime, source) {
             (Runtime::Binary, _) => None,
             (_, InstanceSource::Fork(fork)) => Some(fork.instance().await?),
-            (_, InstanceSource::Spares(spares)) => Some(spares.instance().await?),
+            (_, InstanceSource::NodePool(pool)) => Some(pool.instance(spec).await?),
             (Runtime::Python3 | Runtime::Nodejs, InstanceSource::Spawn) => {
                 Some(ProcWorker::start_with(spec, launch, &[]).await?)
             }
@@ -181,17 +184,17 @@ impl Worker {
     }
 }
 
-/// A running python3 or nodejs worker (or a Python fork server): a child process on pipes, or
-/// an instance forked by a fork server, on a Unix socket.
+/// A running python3 or nodejs worker (or the zygote, or a fork server): a child process on
+/// pipes, or a process forked by the zygote or a fork server, on a Unix socket.
 pub(crate) struct ProcWorker {
-    /// Our child (`None` for a forked instance, which the fork server's kernel reaps).
+    /// Our child (`None` for a forked process, which the process that forked it reaps).
     child: Option<Child>,
     pub(super) pid: u32,
     pub(super) stdin: Box<dyn AsyncWrite + Send + Unpin>,
     stdout: BufReader<Box<dyn AsyncRead + Send + Unpin>>,
     /// The process's stderr.
     stderr: Option<StderrTail>,
-    /// Exit reports of the fork server that forked this instance.
+    /// Exit reports of the process that forked this one.
     exits: Option<Arc<super::fork::Exits>>,
 }
 
@@ -205,7 +208,7 @@ impl std::fmt::Debug for ProcWorker {
 }
 
 impl ProcWorker {
-    /// An instance a fork server forked, speaking on `calls`, writing `stderr`.
+    /// A process the zygote or a fork server forked, speaking on `calls`, writing `stderr`.
     pub(super) fn from_socket(
         calls: tokio::net::UnixStream,
         stderr: StderrTail,
@@ -223,10 +226,10 @@ impl ProcWorker {
         }
     }
 
-    /// The process's output stream, for a reader of its own (the fork server's reports).
-    pub(super) fn take_output(&mut self) -> Option<BufReader<Box<dyn AsyncRead + Send + Unpin>>> {
+    /// The process's output stream, for a reader of its own (a forker's reports).
+    pub(super) fn take_output(&mut self) -> BufReader<Box<dyn AsyncRead + Send + Unpin>> {
         let empty: Box<dyn AsyncRead + Send + Unpin> = Box::new(tokio::io::empty());
-        Some(std::mem::replace(&mut self.stdout, BufReader::new(empty)))
+        std::mem::replace(&mut self.stdout, BufReader::new(empty))
     }
 
     /// Whether the process still runs.
@@ -240,7 +243,8 @@ impl ProcWorker {
         }
     }
 
-    /// Starts the bootstrap of `spec`'s runtime with `extra` arguments after the function dir.
+    /// Starts the bootstrap of `spec`'s runtime with `extra` arguments after the function dir,
+    /// in the function's folder with its environment, and waits until it imported the function.
     pub(super) async fn start_with(
         spec: &FunctionSpec,
         launch: &Launch,
@@ -252,13 +256,30 @@ impl ProcWorker {
         };
         let mut args = vec![script.as_os_str(), spec.dir.as_os_str()];
         args.extend_from_slice(extra);
-        let mut cmd = proc::command(
-            program.as_os_str(),
+        let label = Arc::from(spec.name.as_str());
+        let mut worker = Self::spawn(
+            program,
             &args,
             &spec.dir,
             &spec.env,
             launch.memory_limit_mb,
-        );
+            label,
+        )?;
+        worker.handshake().await?;
+        Ok(worker)
+    }
+
+    /// Spawns `program` with `args` in `dir` (see [`proc::command`]), its stderr logged under
+    /// `label`; the caller waits for its ready frame ([`Self::handshake`]).
+    pub(super) fn spawn(
+        program: &std::path::Path,
+        args: &[&std::ffi::OsStr],
+        dir: &std::path::Path,
+        env: &[(String, String)],
+        memory_limit_mb: u64,
+        label: Arc<str>,
+    ) -> Result<Self, StartError> {
+        let mut cmd = proc::command(program.as_os_str(), args, dir, env, memory_limit_mb);
         let spawn_err = |source| StartError::Spawn {
             program: program.display().to_string(),
             source,
@@ -271,17 +292,22 @@ impl ProcWorker {
         let stdout: Box<dyn AsyncRead + Send + Unpin> =
             Box::new(child.stdout.take().ok_or_else(missing)?);
         let stderr = child.stderr.take().ok_or_else(missing)?;
-        let stderr = StderrTail::capture(stderr, Arc::from(spec.name.as_str()), pid);
-        let mut worker = Self {
+        let stderr = StderrTail::capture(stderr, label, pid);
+        Ok(Self {
             child: Some(child),
             pid,
             stdin,
             stdout: BufReader::new(stdout),
             stderr: Some(stderr),
             exits: None,
-        };
-        match worker.read_reply(MAX_INIT_REPORT).await {
-            Ok((KIND_READY, _)) => Ok(worker),
+        })
+    }
+
+    /// Waits for the worker's ready frame; a report of a failed import (or the worker's death)
+    /// is the error.
+    pub(super) async fn handshake(&mut self) -> Result<(), StartError> {
+        match self.read_reply(MAX_INIT_REPORT).await {
+            Ok((KIND_READY, _)) => Ok(()),
             Ok((KIND_INIT_FAILED, report)) => {
                 let report = String::from_utf8_lossy(&report).into_owned();
                 Err(StartError::Init {
@@ -294,10 +320,36 @@ impl ProcWorker {
                 report: String::new(),
             }),
             Err(_) => {
-                let (message, report) = worker.death().await;
+                let (message, report) = self.death().await;
                 Err(StartError::Init { message, report })
             }
         }
+    }
+
+    /// Makes a generic Node.js worker (`worker.js --generic`) an instance of `spec`: it sets
+    /// the version's environment, changes to its folder and requires the function.
+    pub(super) async fn load_function(&mut self, spec: &FunctionSpec) -> Result<(), StartError> {
+        let env: serde_json::Map<String, serde_json::Value> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let request = serde_json::json!({ "dir": spec.dir, "env": env });
+        let request = serde_json::to_vec(&request).unwrap_or_default();
+        if let Some(stderr) = &self.stderr {
+            stderr.relabel(Arc::from(spec.name.as_str()));
+        }
+        let len = u32::try_from(request.len()).unwrap_or(u32::MAX);
+        let sent = async {
+            self.stdin.write_all(&len.to_be_bytes()).await?;
+            self.stdin.write_all(&request).await?;
+            self.stdin.flush().await
+        };
+        if sent.await.is_err() {
+            let (message, report) = self.death().await;
+            return Err(StartError::Init { message, report });
+        }
+        self.handshake().await
     }
 
     async fn call(&mut self, headers: &[u8], body: &[u8], limit: usize) -> CallResult {
@@ -390,6 +442,9 @@ impl ProcWorker {
 impl Drop for ProcWorker {
     fn drop(&mut self) {
         proc::kill_group(self.pid);
+        if let Some(exits) = &self.exits {
+            exits.forget(self.pid);
+        }
         let Some(mut child) = self.child.take() else {
             return;
         };

@@ -82,11 +82,11 @@ const fn case(function: &'static str, fork_server: bool, node_spares: usize) -> 
     }
 }
 
-/// New instances, back to back and paced: python3 with and without the fork server, nodejs
-/// without spares (how every new instance started before them) and with one or two (the
+/// New instances, back to back and paced: python3 with and without the zygote (`fork_server`),
+/// nodejs without generic workers (node started per instance) and with one or two (the
 /// default). Back to back, a new Node instance is asked for faster than one filler can start
-/// node, so most wait for the spare being started; paced slower than node starts, each finds a
-/// ready spare.
+/// node, so most wait for the worker being started; paced slower than node starts, each finds a
+/// ready one. The first call of a new function is measured by `benches/coldstart.rs`.
 ///
 /// Run: `cargo nextest run -p geofaas-functions --release --test local --run-ignored only
 /// new_instance --no-capture`
@@ -129,7 +129,7 @@ async fn measure(c: &Case, n: usize) {
         ..LocalBackend::default()
     };
     let rt = runtime(&cfg);
-    // The first instance starts the interpreter (and, with it, the fork server or the spares).
+    // The first instance forks the version's fork server (or takes a generic worker).
     call_with(&rt, c.function, "", ContainerChoice::New, timeout)
         .await
         .expect("first call");

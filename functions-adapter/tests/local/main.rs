@@ -5,17 +5,17 @@
 
 mod examples;
 mod failures;
-mod fork;
 mod latency;
 mod lifecycle;
+mod node_pool;
 mod runtimes;
-mod spares;
+mod zygote;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use geofaas_config::LocalBackend;
-use geofaas_functions::local::LocalRuntime;
+use geofaas_functions::local::{load_function, FunctionSpec, LocalRuntime};
 use geofaas_functions::{ContainerChoice, FunctionBackend, Invocation, InvokeError, InvokeOutput};
 
 /// The crate folder (base of relative `functions_dir`s).
@@ -116,4 +116,31 @@ pub async fn assert_gone(pid: u32) {
         eventually(|| !alive(pid)).await,
         "process {pid} is still running"
     );
+}
+
+/// The parent of `pid`, from `/proc` (panics if `pid` is gone).
+pub fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("process {pid}: {e}"));
+    // Format: `pid (comm) state ppid ...`; comm may hold spaces, so look after the last ')'.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ppid = after.split_whitespace().nth(1).unwrap_or_default();
+    ppid.parse()
+        .unwrap_or_else(|_| panic!("no parent in {stat:?}"))
+}
+
+/// Writes function `name` (one `file` holding `text`) under `root` and loads its spec.
+pub fn write_function(root: &Path, name: &str, file: &str, text: &str) -> FunctionSpec {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join(file), text).expect("write function");
+    load_function(name, &dir).unwrap_or_else(|e| panic!("function {name}: {e}"))
+}
+
+/// Settings over an empty functions folder `dir` (functions come through `prepare`).
+pub fn empty(dir: &Path) -> LocalBackend {
+    LocalBackend {
+        functions_dir: dir.to_path_buf(),
+        ..fixtures()
+    }
 }

@@ -1,13 +1,19 @@
-// geofaas local runtime: warm nodejs worker for one tinyFaaS-format function folder.
+// geofaas local runtime: nodejs workers for tinyFaaS-format function folders.
 //
-// Started as `node worker.js <function-dir>`. Requires the folder once (the cold start;
-// `package.json` "main" or `index.js`, which must export `(req, res) => ...`), then
-// serves calls one at a time over stdin/stdout with length-prefixed frames:
+// Started as `node worker.js <function-dir>` (`node_spares = 0`): requires the folder once
+// (the cold start; `package.json` "main" or `index.js`, which must export `(req, res) => ...`),
+// then serves calls one at a time over stdin/stdout with length-prefixed frames:
 //
 //   request  (host -> worker): u32be len, headers JSON object; u32be len, raw body
 //   response (worker -> host): u8 kind, u32be len, payload
 //     kind 0 = output, 1 = the handler threw (payload: stack, worker stays usable),
 //     2 = ready, 3 = require failed (worker exits), 4 = failed and this worker retires.
+//
+// Started as `node worker.js --generic`: a generic worker of the runtime's pool. It answers
+// ready once node and this file are loaded, with no function. Its first request frame is one
+// frame (u32be len, JSON `{"dir", "env"}`): it sets the environment, changes to the folder,
+// requires the function and answers ready (or require failed), and from then on is an instance
+// of that function only, serving calls as above.
 //
 // The protocol keeps the original stdout writer; process.stdout.write (and so
 // console.log) is pointed at stderr so the function's prints never corrupt the framing.
@@ -15,7 +21,6 @@
 
 const path = require("path");
 
-const fnDir = path.resolve(process.argv[2]);
 const protoWrite = process.stdout.write.bind(process.stdout);
 process.stdout.write = process.stderr.write.bind(process.stderr);
 
@@ -40,19 +45,31 @@ function encode(value) {
   return Buffer.from(String(value), "utf8");
 }
 
-let handler;
-try {
-  process.chdir(fnDir);
-  handler = require(fnDir);
-  if (typeof handler !== "function" && handler && typeof handler.default === "function") {
-    handler = handler.default;
+let handler = null;
+
+// Requires the function in `dir`; reports kind 3 and exits if it cannot be loaded.
+function load(dir) {
+  const fnDir = path.resolve(dir);
+  try {
+    process.chdir(fnDir);
+    process.argv[2] = fnDir;
+    let loaded = require(fnDir);
+    if (typeof loaded !== "function" && loaded && typeof loaded.default === "function") {
+      loaded = loaded.default;
+    }
+    if (typeof loaded !== "function") {
+      throw new Error(`${fnDir} does not export a function (req, res) => ...`);
+    }
+    handler = loaded;
+  } catch (err) {
+    send(3, describe(err));
+    process.exit(1);
   }
-  if (typeof handler !== "function") {
-    throw new Error(`${fnDir} does not export a function (req, res) => ...`);
-  }
-} catch (err) {
-  send(3, describe(err));
-  process.exit(1);
+}
+
+const generic = process.argv[2] === "--generic";
+if (!generic) {
+  load(process.argv[2]);
 }
 
 let current = null; // the call in flight: { done(kind, payload) }
@@ -120,6 +137,22 @@ function pump() {
   if (current !== null) return;
   const head = takeFrame(0);
   if (head === null) return;
+  if (handler === null) {
+    // A generic worker's first frame: the function it becomes.
+    pending = pending.subarray(head.end);
+    let request;
+    try {
+      request = JSON.parse(head.data.toString("utf8"));
+    } catch (err) {
+      send(3, describe(err));
+      process.exit(1);
+    }
+    Object.assign(process.env, request.env || {});
+    load(request.dir);
+    send(2, Buffer.alloc(0));
+    pump();
+    return;
+  }
   const body = takeFrame(head.end);
   if (body === null) return;
   pending = pending.subarray(body.end);

@@ -1,22 +1,32 @@
-"""geofaas local runtime: warm python3 worker for one tinyFaaS-format function folder.
+"""geofaas local runtime: python3 workers for tinyFaaS-format function folders.
 
-Started as `python3 worker.py <function-dir>`. Imports `fn.py` once (the cold start),
-then serves calls one at a time over stdin/stdout with length-prefixed frames:
+Two ways to start:
+
+`python3 worker.py <function-dir>` (`fork_server = false`): imports `fn.py` once (the cold
+start), then serves calls one at a time over stdin/stdout with length-prefixed frames:
 
   request  (host -> worker): u32be len, headers JSON object; u32be len, raw body
   response (worker -> host): u8 kind, u32be len, payload
     kind 0 = output, 1 = the function raised (payload: traceback, worker stays usable),
     2 = ready (after import), 3 = import failed (worker exits),
     4 = the function failed and this worker retires (e.g. MemoryError),
-    5 = (fork server) a new instance was forked (payload: its pid, ASCII).
+    5 = a process was forked (payload: its pid, ASCII),
+    6 = a forked process exited (payload: "<pid> <raw wait status>", ASCII).
 
-As a fork server, `python3 worker.py <function-dir> --fork-server <unix-socket>`: imports `fn.py`
-once, answers ready, then for every request frame (payload: a token) forks a new instance and
-answers kind 5 with its pid. The instance starts its own session (process group), connects to
-the socket, sends ready with the token and serves calls over the socket exactly as above. The
-fork server itself never runs a call, so every instance starts from the freshly imported module:
-nothing one instance changes is seen by an instance forked after it. Instances inherit the
-server's resource limits.
+`python3 worker.py --zygote <unix-socket>`: the runtime's zygote. It holds this module and the
+modules it imports, never a function. For every request frame (payload: JSON
+`{"token", "dir", "env", "mode"}`) it forks a child and answers kind 5 with its pid; it reports
+the exit of every child with kind 6. The child starts its own session (process group), connects
+to the socket twice (its control connection, then its stderr; each first sends kind 2 with the
+token, `<token>:stderr` for the second), sets the version's environment, changes to the
+function's folder, imports `fn.py` and sends kind 2 (ready) or 3 (import failed, with the
+traceback) on the control connection. Then, with mode "server", it is that function's fork
+server: the zygote's loop again, over the control connection, where every request frame (the
+token only) forks an instance of the already imported function; with mode "instance" it serves
+calls on the control connection itself. An instance forked from a fork server connects back the
+same way and sends ready at once. Neither the zygote nor a fork server ever runs a call, so
+every instance starts from a freshly imported module: nothing one instance changes is seen by
+another. Children inherit the resource limits.
 
 The protocol uses private copies of fd 0/1; the function's own stdin is /dev/null and its
 stdout goes to stderr, so its prints can never corrupt the framing.
@@ -74,8 +84,7 @@ def _arity(func):
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def main():
-    fn_dir = os.path.abspath(sys.argv[1])
+def _private_stdio():
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -83,20 +92,32 @@ def main():
     os.close(devnull)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    return proto_in, proto_out
 
+
+def _import_function(fn_dir, out):
+    """Imports `fn.py` from `fn_dir`; (func, takes_headers), or reports kind 3 and exits."""
     os.chdir(fn_dir)
     sys.path.insert(0, fn_dir)
+    sys.argv = [sys.argv[0], fn_dir]
     try:
         import fn  # noqa: E402  (the function module, imported once)
 
         func = fn.fn
-        takes_headers = _arity(func) >= 2
+        return func, _arity(func) >= 2
     except BaseException:  # noqa: BLE001  (any import failure is reported, then we exit)
-        _send(proto_out, 3, traceback.format_exc().encode("utf-8", errors="replace"))
-        sys.exit(1)
-    if len(sys.argv) > 3 and sys.argv[2] == "--fork-server":
-        _fork_server(func, takes_headers, proto_in, proto_out, sys.argv[3])
+        _send(out, 3, traceback.format_exc().encode("utf-8", errors="replace"))
+        out.flush()
+        os._exit(1)
+
+
+def main():
+    proto_in, proto_out = _private_stdio()
+    if len(sys.argv) > 2 and sys.argv[1] == "--zygote":
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _forker(proto_in, proto_out, lambda request: _zygote_child(request, sys.argv[2]))
         return
+    func, takes_headers = _import_function(os.path.abspath(sys.argv[1]), proto_out)
     _send(proto_out, 2, b"")
     _serve(func, takes_headers, proto_in, proto_out)
 
@@ -119,9 +140,10 @@ def _serve(func, takes_headers, proto_in, proto_out):
             _send(proto_out, 1, traceback.format_exc().encode("utf-8", errors="replace"))
 
 
-def _fork_server(func, takes_headers, proto_in, proto_out, sock_path):
-    # SIGCHLD wakes the loop through a pipe; every exit is reported (kind 6, "<pid> <wait
-    # status>") so the host can say how an instance ended.
+def _forker(proto_in, proto_out, child):
+    """Forks `child(request)` for every request frame, answering kind 5 with the child's pid and
+    reporting every exit with kind 6, until the input ends."""
+    # SIGCHLD wakes the loop through a pipe, so exits are reported while no request comes.
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -136,7 +158,7 @@ def _fork_server(func, takes_headers, proto_in, proto_out, sock_path):
         if in_fd not in readable:
             continue
         try:
-            token = _read_frame(proto_in)
+            request = _read_frame(proto_in)
         except EOFError:
             return
         pid = os.fork()
@@ -149,7 +171,11 @@ def _fork_server(func, takes_headers, proto_in, proto_out, sock_path):
                 os.setsid()
                 proto_in.close()
                 proto_out.close()
-                _instance(func, takes_headers, sock_path, token)
+                child(request)
+            except BaseException:  # noqa: BLE001  (reported on the child's stderr)
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)
             finally:
                 os._exit(0)
         _send(proto_out, 5, str(pid).encode("ascii"))
@@ -166,20 +192,44 @@ def _report_exits(out):
         _send(out, 6, f"{pid} {status}".encode("ascii"))
 
 
-def _instance(func, takes_headers, sock_path, token):
+def _connect_back(sock_path, token):
+    """The control connection to the host; this process's stderr (and stdout) become a second."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock_path)
+    conn.sendall(struct.pack(">BI", 2, len(token)) + token)
     err = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     err.connect(sock_path)
     err.sendall(struct.pack(">BI", 2, len(token) + 7) + token + b":stderr")
-    # This instance's own stderr (and stdout, as in a piped worker) is the second connection.
     os.dup2(err.fileno(), 2)
     os.dup2(err.fileno(), 1)
-    sock_in = conn.makefile("rb", buffering=0)
-    sock_out = conn.makefile("wb")
-    _send(sock_out, 2, token)
+    err.close()
+    return conn.makefile("rb", buffering=0), conn.makefile("wb"), conn
+
+
+def _zygote_child(request, sock_path):
+    """A child of the zygote: becomes one function's fork server, or one instance of it."""
+    req = json.loads(request)
+    token = req["token"].encode("ascii")
+    conn_in, conn_out, conn = _connect_back(sock_path, token)
+    os.environ.update(req.get("env") or {})
+    func, takes_headers = _import_function(os.path.abspath(req["dir"]), conn_out)
+    if req.get("mode") == "instance":
+        _send(conn_out, 2, b"")
+        _run_instance(func, takes_headers, conn_in, conn_out)
+        return
+
+    def instance(token):
+        conn.close()
+        i_in, i_out, _ = _connect_back(sock_path, token)
+        _send(i_out, 2, b"")
+        _run_instance(func, takes_headers, i_in, i_out)
+
+    _forker(conn_in, conn_out, instance)
+
+
+def _run_instance(func, takes_headers, proto_in, proto_out):
     try:
-        _serve(func, takes_headers, sock_in, sock_out)
+        _serve(func, takes_headers, proto_in, proto_out)
     except SystemExit as e:
         sys.stderr.flush()
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -188,6 +238,8 @@ def _instance(func, takes_headers, sock_path, token):
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
