@@ -33,6 +33,8 @@ const KIND_FORKED: u8 = 5;
 const KIND_EXITED: u8 = 6;
 /// How long a forked process gets to connect back (and a forker to answer).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the connections of a child that already exited may still be taken.
+const EXITED_GRACE: Duration = Duration::from_millis(200);
 
 type Waiters = HashMap<Vec<u8>, oneshot::Sender<UnixStream>>;
 
@@ -107,11 +109,22 @@ impl Expected<'_> {
             let stderr = (&mut self.stderr).await.ok()?;
             Some((calls, stderr))
         };
+        tokio::pin!(both);
         let connected = tokio::select! {
-            both = tokio::time::timeout(CONNECT_TIMEOUT, both) => both.ok().flatten(),
+            both = tokio::time::timeout(CONNECT_TIMEOUT, &mut both) => both.ok().flatten(),
             status = exits.exited(pid) => {
-                let how = super::proc::describe_exit(status);
-                return Err(fork_failed(&format!("process {pid} {how} before it connected back")));
+                // A child that failed to import connects, reports and exits at once: its exit
+                // may be seen before its connections are accepted. Take them if they came, so
+                // the report (the traceback) is the error.
+                match tokio::time::timeout(EXITED_GRACE, &mut both).await {
+                    Ok(Some(pair)) => Some(pair),
+                    _ => {
+                        let how = super::proc::describe_exit(status);
+                        return Err(fork_failed(&format!(
+                            "process {pid} {how} before it connected back"
+                        )));
+                    }
+                }
             }
         };
         let Some((calls, stderr)) = connected else {

@@ -172,6 +172,19 @@ impl NodePool {
         tokio::spawn(Arc::clone(self).fill());
     }
 
+    /// Fills the pool now and returns once it is full (or a start failed, or the runtime
+    /// stopped); returns at once when a filler runs already or the pool is full.
+    pub(crate) async fn fill_up(self: &Arc<Self>) {
+        {
+            let mut state = self.lock();
+            if state.filling || state.ready.len() >= self.target || self.stop.is_cancelled() {
+                return;
+            }
+            state.filling = true;
+        }
+        Arc::clone(self).fill().await;
+    }
+
     /// Starts workers one at a time until there are `target` of them.
     async fn fill(self: Arc<Self>) {
         loop {

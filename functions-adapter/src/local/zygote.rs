@@ -83,17 +83,21 @@ impl Zygote {
     /// Starts the zygote in the background; a fork asked for meanwhile waits for it.
     pub(crate) fn start_in_background(self: &Arc<Self>) {
         let zygote = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut running = zygote.running.lock().await;
-            let started = tokio::select! {
-                started = zygote.ensure(&mut running) => started,
-                // Dropping the start kills the process it spawned.
-                () = zygote.stop.cancelled() => return,
-            };
-            if let Err(e) = started {
-                tracing::warn!(error = %e, "python zygote did not start (python3 functions will retry on their first call)");
-            }
-        });
+        tokio::spawn(async move { zygote.warm().await });
+    }
+
+    /// Starts the zygote unless it runs, and returns once it runs (or failed to start, or the
+    /// runtime stopped).
+    pub(crate) async fn warm(&self) {
+        let mut running = self.running.lock().await;
+        let started = tokio::select! {
+            started = self.ensure(&mut running) => started,
+            // Dropping the start kills the process it spawned.
+            () = self.stop.cancelled() => return,
+        };
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "python zygote did not start (python3 functions will retry on their first call)");
+        }
     }
 
     pub(crate) fn rendezvous(&self) -> &Rendezvous {
