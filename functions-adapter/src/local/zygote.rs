@@ -80,14 +80,8 @@ impl Zygote {
         })
     }
 
-    /// Starts the zygote in the background; a fork asked for meanwhile waits for it.
-    pub(crate) fn start_in_background(self: &Arc<Self>) {
-        let zygote = Arc::clone(self);
-        tokio::spawn(async move { zygote.warm().await });
-    }
-
     /// Starts the zygote unless it runs, and returns once it runs (or failed to start, or the
-    /// runtime stopped).
+    /// runtime stopped); a fork asked for meanwhile waits for it.
     pub(crate) async fn warm(&self) {
         let mut running = self.running.lock().await;
         let started = tokio::select! {
