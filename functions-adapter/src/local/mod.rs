@@ -97,8 +97,6 @@ struct Inner {
     zygote: Option<Arc<zygote::Zygote>>,
     /// Generic Node.js workers (`None` with `node_spares = 0`).
     node_pool: Option<Arc<node_pool::NodePool>>,
-    /// Set while the zygote and the generic workers start with the runtime ([`LocalRuntime::new`]).
-    starting: std::sync::atomic::AtomicBool,
     /// Notified whenever a call has given its instance back (or lost it), so calls that must
     /// reuse one ([`ContainerChoice::Reuse`]) wait for it instead of starting another.
     returned: tokio::sync::Notify,
@@ -244,7 +242,6 @@ impl LocalRuntime {
             max_instances: cfg.max_instances,
             zygote,
             node_pool,
-            starting: std::sync::atomic::AtomicBool::new(false),
             returned: tokio::sync::Notify::new(),
             timeout,
             stop: stop.clone(),
@@ -281,27 +278,22 @@ impl LocalRuntime {
     }
 
     /// Starts, in the background and one after the other, the zygote and then the generic
-    /// Node.js workers (so that a node's start is not a burst of interpreters at once); the
-    /// runtime reports itself not ready ([`FunctionBackend::health`]) until they run, so clients
-    /// and the geo DNS meet a node whose first calls are forks. Both start whatever functions
-    /// the folder holds: a function deployed later finds them running.
+    /// Node.js workers, so that a node's start is not a burst of interpreters at once (the first
+    /// Python call waits for the zygote only). Both start whatever functions the folder holds:
+    /// a function deployed later finds them running. Health does not wait for them: peers
+    /// and clients route by health from the start.
     fn warm_up(&self, handle: &tokio::runtime::Handle) {
         let zygote = self.inner.zygote.clone();
         let node_pool = self.inner.node_pool.clone();
         if zygote.is_none() && node_pool.is_none() {
             return;
         }
-        self.inner.starting.store(true, Ordering::Relaxed);
-        let inner = Arc::downgrade(&self.inner);
         handle.spawn(async move {
             if let Some(zygote) = zygote {
                 zygote.warm().await;
             }
             if let Some(pool) = node_pool {
                 pool.fill_up().await;
-            }
-            if let Some(inner) = inner.upgrade() {
-                inner.starting.store(false, Ordering::Relaxed);
             }
         });
     }
@@ -662,8 +654,6 @@ impl FunctionBackend for LocalRuntime {
     async fn health(&self) -> Health {
         if self.inner.stop.is_cancelled() {
             Health::Unhealthy("local runtime shut down".into())
-        } else if self.inner.starting.load(Ordering::Relaxed) {
-            Health::Unhealthy("local runtime starting its zygote and workers".into())
         } else {
             Health::Healthy
         }

@@ -27,17 +27,7 @@ async fn shutdown_kills_every_worker_and_refuses_calls() {
     let rt = runtime(&fixtures());
     let py = pid_of(&ok_text(&rt, "pid", "").await.0);
     let js = pid_of(&ok_text(&rt, "node-pid", "").await.0);
-    // Healthy once the zygote and the generic Node.js workers run (the pool refills after the
-    // calls above took from it).
-    let mut healthy = false;
-    for _ in 0..200 {
-        if rt.health().await == Health::Healthy {
-            healthy = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(healthy, "{:?}", rt.health().await);
+    assert_eq!(rt.health().await, Health::Healthy);
     rt.shutdown().await;
     assert_gone(py).await;
     assert_gone(js).await;
