@@ -2,13 +2,14 @@
 //! on a Melbourne topology, called the way users call them: the binary from the folder `up`
 //! runs in, and `curl` over HTTP/1.1 and HTTP/2 for the function calls.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use geofaas_gateway::access::sha256_hex;
+
+use crate::answer::Answer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
 const ADMIN: &str = "ops-admin-secret";
@@ -223,38 +224,14 @@ impl Drop for Up {
     }
 }
 
-/// A `curl -i` answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: String,
+/// The deployed version that answered.
+trait Version {
+    fn version(&self) -> &str;
 }
 
-impl Answer {
-    fn parse(text: &str) -> Self {
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
-        let mut lines = head.lines();
-        let status = lines
-            .next()
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        Self {
-            status,
-            headers,
-            body: body.to_owned(),
-        }
-    }
-
+impl Version for Answer {
     fn version(&self) -> &str {
-        self.headers
-            .get("x-function-version")
-            .map_or("", String::as_str)
+        self.header("x-function-version")
     }
 }
 

@@ -11,6 +11,7 @@ use geofaas_config::LatLon;
 use geofaas_loadtest::{CallRequest, ClientConfig, GeoClient, LocationHeader};
 use geofaas_test_support::tinyfaas::{FakeFunction, FakeTinyfaas};
 
+use crate::answer::Answer;
 use crate::cluster::Cluster;
 
 /// Inside the cbd's area, and its node's own location.
@@ -88,19 +89,12 @@ async fn melbourne() -> (Cluster, FakeTinyfaas) {
     (c, tiny)
 }
 
-/// A `curl -i` answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: String,
+/// The `geo` function's answer.
+trait GeoAnswer {
+    fn geo(&self) -> HashMap<String, String>;
 }
 
-impl Answer {
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map_or("", String::as_str)
-    }
-
+impl GeoAnswer for Answer {
     /// The `geo` function's answer as `name -> value`.
     fn geo(&self) -> HashMap<String, String> {
         assert_eq!(self.status, 200, "{self:?}");
@@ -126,23 +120,7 @@ fn curl(c: &Cluster, node: &str, path: &str, h2: bool, headers: &[&str]) -> Answ
         .arg(format!("{}{path}", c.url(node)))
         .output()
         .expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+    Answer::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn geohash(value: &str) -> String {

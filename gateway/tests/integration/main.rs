@@ -1,6 +1,7 @@
 //! Integration tests of the gateway: three real nodes over TLS on loopback.
 
 mod activations;
+mod answer;
 mod backends;
 mod chaos;
 mod cloud_only;
