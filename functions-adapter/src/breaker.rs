@@ -228,7 +228,7 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
 
     async fn serves(&self, function: &str) -> bool {
         if let Some(local) = self.inner.local() {
-            return local.serving(function).is_some();
+            return local.serves(function);
         }
         self.catalog
             .get(|| self.inner.list())

@@ -417,6 +417,11 @@ impl LocalRuntime {
         removed
     }
 
+    /// Whether `function` is served here (one lookup: every call asks).
+    pub fn serves(&self, function: &str) -> bool {
+        self.inner.functions.load().contains_key(function)
+    }
+
     /// The versions `function` serves now (`None` if it is not served here).
     pub fn serving(&self, function: &str) -> Option<Serving> {
         let functions = self.inner.functions.load();
