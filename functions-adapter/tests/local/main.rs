@@ -99,6 +99,17 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// The soft address-space limit (RLIMIT_AS) of process `pid` in bytes, as `/proc` prints it.
+pub fn address_space_limit(pid: u32) -> String {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))
+        .unwrap_or_else(|| panic!("no address-space line in {limits}"));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    fields.get(3).copied().unwrap_or_default().to_owned()
+}
+
 /// Polls (bounded, 10 s) until `cond` holds; returns whether it did.
 pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     for _ in 0..1000 {

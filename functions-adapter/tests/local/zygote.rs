@@ -241,16 +241,10 @@ async fn the_zygote_runs_under_the_memory_limit() {
     let zygote = zygote_of(&rt).await;
     let (instance, _, _) = globals(&rt, ContainerChoice::Any).await;
     for pid in [zygote, instance] {
-        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-        let line = limits
-            .lines()
-            .find(|l| l.starts_with("Max address space"))
-            .unwrap_or_else(|| panic!("no address-space line in {limits}"));
-        let soft: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(
-            soft.get(3).copied(),
-            Some((768u64 * 1024 * 1024).to_string().as_str()),
-            "{pid}: {line}"
+            crate::address_space_limit(pid),
+            (768u64 * 1024 * 1024).to_string(),
+            "process {pid}"
         );
     }
 }
