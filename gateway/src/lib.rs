@@ -9,7 +9,8 @@
 //! finishing request bodies), [`routing`] (serve here or hand over), [`invoke`] (the call
 //! pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
 //! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
-//! state), [`metrics`], [`up`] (the one-machine demo), [`cli`].
+//! state), [`metrics`], [`events`] and [`ui`] (the call stream and the operator's page), [`up`]
+//! (the one-machine demo), [`cli`].
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,8 @@ pub mod deploy;
 pub mod deploy_cli;
 pub mod directory;
 pub mod error;
+pub mod events;
+mod events_fleet;
 pub mod fleet;
 pub mod fleet_cli;
 pub mod geo;
@@ -40,6 +43,7 @@ pub mod routing;
 pub mod schedule;
 pub mod server;
 pub mod tls;
+pub mod ui;
 pub mod up;
 
 use std::future::Future;
