@@ -374,7 +374,13 @@ pub async fn events(
         drop(tx);
     }
     let mut reported = 0u64;
-    let stream = tokio_stream_of(rx).map(move |msg| {
+    // A first comment, so a client knows it is subscribed before any call happens.
+    let hello = Event::default().comment(format!(
+        "events of {} (scope={})",
+        state.id,
+        if fleet { "fleet" } else { "node" }
+    ));
+    let calls = tokio_stream_of(rx).map(move |msg| {
         let total = lost.load(Ordering::Relaxed);
         let event = match msg {
             _ if total > reported => {
@@ -391,7 +397,8 @@ pub async fn events(
         };
         futures::stream::iter(vec![Ok::<_, Infallible>(event)])
     });
-    Sse::new(stream.flatten())
+    let stream = futures::stream::once(async { Ok(hello) }).chain(calls.flatten());
+    Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
 }
