@@ -41,8 +41,8 @@
     if (pts.length === 0) pts.push(merc(0, 0));
     let [x0, y0, x1, y1] = [Infinity, Infinity, -Infinity, -Infinity];
     for (const [x, y] of pts) { x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y); }
-    // At least about 25 km across, so a city's areas show some of the land around them.
-    const MIN = 0.004;
+    // At least about 50 km across, so a city's areas show some coast around them.
+    const MIN = 0.008;
     const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
     const k = Math.min((W - 2 * PAD) / Math.max(x1 - x0, MIN), (H - 2 * PAD) / Math.max(y1 - y0, MIN)) * 0.85;
     return (lon, lat) => {
@@ -172,8 +172,16 @@
     n.g.classList.add('hit');
   }
 
+  // The node cards follow the calls: a refresh shortly after one, at most one pending.
+  let soon = null;
+  function refreshSoon() {
+    if (soon) return;
+    soon = setTimeout(() => { soon = null; refresh(false); }, 300);
+  }
+
   function onCall(ev) {
     calls += 1;
+    refreshSoon();
     $('count').textContent = calls;
     logRow(ev);
     if (!project || ev.forwarded) return; // the node that forwarded it draws the call

@@ -5,9 +5,11 @@
 //      stream is live with every peer's stream connected;
 //   3. a call made with the `curl` binary appears in the call list, run by the expected node,
 //      and as a dot on the map, within two seconds of curl's answer;
-//   4. screenshots (laptop and phone sizes) are saved.
+//   4. that node's card then shows its recent latency percentiles;
+//   5. screenshots (laptop and phone sizes) are saved.
 // Input (environment): UI_URL, NODES and AREAS (comma-separated ids), CALL_ARGS (JSON array
-// of curl arguments), CALL_ID (its X-Request-Id), CALL_NODE (the node that must run it),
+// of curl arguments), EXTRA_CALLS (JSON array of such arrays: calls made first, for the
+// picture), CALL_ID (its X-Request-Id), CALL_NODE (the node that must run it),
 // CURL_CWD (folder curl runs in), SHOT and SHOT_PHONE (PNG paths), CHROMIUM (default
 // /usr/bin/chromium). Exits 0 and prints "ui-check: ok" when everything held.
 'use strict';
@@ -62,11 +64,15 @@ async function main() {
       nodes.length - 1, { timeout: 10000 });
     await page.waitForSelector('#land path', { state: 'attached', timeout: 10000 });
 
+    for (const args of JSON.parse(process.env.EXTRA_CALLS || '[]')) await curl(args, env('CURL_CWD'));
     const answer = await curl(callArgs, env('CURL_CWD'));
     const answered = Date.now();
     await page.waitForSelector(`#calls li[data-request-id="${callId}"][data-node="${callNode}"]`, { timeout: 2000 });
     await page.waitForSelector(`[data-call="${callId}"]`, { state: 'attached', timeout: Math.max(1, 2000 - (Date.now() - answered)) });
     const seenMs = Date.now() - answered;
+    // The node that ran it reports its recent latency percentiles on its card.
+    await page.waitForFunction((id) => /p50 [0-9.]+ · p90 [0-9.]+ · p99 [0-9.]+ ms/.test(
+      document.querySelector(`[data-node-card="${id}"]`).textContent), callNode, { timeout: 10000 });
 
     await page.screenshot({ path: env('SHOT'), fullPage: true });
     await page.setViewportSize({ width: 390, height: 844 });

@@ -600,6 +600,21 @@ fn the_live_map_in_chromium_shows_every_node_and_area_and_a_curl_call() {
         "hi",
         up.url(1, "/fn/echo"),
     ]);
+    // First, for the picture: a call served at belem and one baixa offloads to madrid.
+    let curl_args = |at: usize, from: usize, f: &str| {
+        serde_json::json!([
+            "-sS",
+            "-f",
+            "--cacert",
+            up.ca(),
+            "-H",
+            format!("X-Client-Location: {}", NODES[from].1),
+            "-d",
+            "hi",
+            up.url(at, &format!("/fn/{f}")),
+        ])
+    };
+    let extra = serde_json::json!([curl_args(1, 1, "echo"), curl_args(0, 0, "cloudecho")]);
     let out = Command::new("node")
         .arg(browser.join("ui-check.js"))
         .current_dir(up.dir.path())
@@ -607,6 +622,7 @@ fn the_live_map_in_chromium_shows_every_node_and_area_and_a_curl_call() {
         .env("NODES", "baixa,belem,madrid")
         .env("AREAS", "baixa,belem")
         .env("CALL_ARGS", call.to_string())
+        .env("EXTRA_CALLS", extra.to_string())
         .env("CALL_ID", &id)
         .env("CALL_NODE", "baixa")
         .env("CURL_CWD", up.dir.path())
