@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, Response};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::{Stream, StreamExt as _};
@@ -44,7 +44,7 @@ use geofaas_config::headers::{
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
 pub const QUEUE: usize = 512;
-/// Latencies kept for `/ui/state`'s percentiles: the node's last this many answered calls.
+/// Latencies kept for `/ui/state`'s percentiles: the node's last this many calls that ran.
 const RECENT: usize = 1024;
 /// The path of the stream.
 pub const PATH: &str = "/events";
@@ -219,7 +219,9 @@ impl Seen {
         resp: &Response<Body>,
     ) {
         let latency = received.elapsed();
-        if resp.status().as_u16() != 307 {
+        // Calls that ran somewhere (here, offloaded or forwarded): not handovers, not refusals.
+        if resp.headers().contains_key(SERVED_BY) && resp.status() != StatusCode::TEMPORARY_REDIRECT
+        {
             state.events.record_latency(latency);
         }
         let Some(function) = self.function.take() else {
@@ -416,7 +418,7 @@ fn tokio_stream_of(rx: mpsc::Receiver<Msg>) -> impl Stream<Item = Msg> {
 }
 
 fn bad_query(message: String) -> ApiError {
-    ApiError::new(axum::http::StatusCode::BAD_REQUEST, "bad_query", message)
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", message)
 }
 
 #[cfg(test)]
