@@ -164,3 +164,21 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+/// The error and its causes on one line, each cause once: many errors already print their
+/// cause in their own message (`file: cannot read: No such file...`), and anyhow's `{:#}` would
+/// repeat it.
+pub fn error_report(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}

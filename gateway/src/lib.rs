@@ -1,4 +1,5 @@
-//! The geofaas gateway node and the `geofaas` command.
+//! The geofaas node: the HTTPS gateway and its call path (the `geofaas` command is the `geofaas`
+//! crate, `cli/`).
 //!
 //! A node serves `/fn/{name}` over HTTPS: it finds the client's location ([`routing`]), hands
 //! clients in other nodes' areas over with a 307, runs the call on its backends and offloads to
@@ -9,7 +10,7 @@
 //! finishing request bodies), [`routing`] (serve here or hand over), [`invoke`] (the call
 //! pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
 //! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
-//! state), [`metrics`], [`up`] (the one-machine demo), [`cli`].
+//! state), [`metrics`].
 
 #![forbid(unsafe_code)]
 
@@ -17,14 +18,10 @@ pub mod access;
 pub mod activations;
 pub mod auth;
 pub mod body;
-pub mod bundle;
-pub mod cli;
 pub mod deploy;
-pub mod deploy_cli;
 pub mod directory;
 pub mod error;
 pub mod fleet;
-pub mod fleet_cli;
 pub mod geo;
 pub mod headers;
 pub mod idempotency;
@@ -40,7 +37,6 @@ pub mod routing;
 pub mod schedule;
 pub mod server;
 pub mod tls;
-pub mod up;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -246,7 +242,7 @@ pub async fn run_node(
                 });
                 match applied {
                     Ok(t) => { file = t; tracing::info!("topology reloaded") }
-                    Err(e) => tracing::error!(error = %cli::error_report(&e), "reload refused; keeping the running topology"),
+                    Err(e) => tracing::error!(error = %error::error_report(&e), "reload refused; keeping the running topology"),
                 }
             }
             Some(()) = fleet::changed(view.as_mut()) => {
@@ -254,7 +250,7 @@ pub async fn run_node(
                 if next.nodes != handle.current().topology.nodes {
                     match handle.reload(next) {
                         Ok(()) => tracing::info!(nodes = handle.current().topology.nodes.len(), "fleet changed: routing to the registered nodes"),
-                        Err(e) => tracing::error!(error = %cli::error_report(&e), "fleet change refused; keeping the running topology"),
+                        Err(e) => tracing::error!(error = %error::error_report(&e), "fleet change refused; keeping the running topology"),
                     }
                 }
             }
