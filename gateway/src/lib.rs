@@ -1,14 +1,14 @@
 //! The geofaas node: the HTTPS gateway and its call path (the `geofaas` command is the `geofaas`
 //! crate, `cli/`).
 //!
-//! A node serves `/fn/{name}` over HTTPS: it finds the client's location ([`routing`]), hands
-//! clients in other nodes' areas over with a 307, runs the call on its backends and offloads to
-//! the cloud when they fail or the node is full ([`invoke`], [`offload`]).
+//! A node serves `/fn/{name}` over HTTPS: it finds the client's location ([`routing`]), and
+//! [`placement`] decides where the call goes: a 307 to the node responsible for the client, this
+//! node's backends, a neighbouring edge or the cloud ([`invoke`] carries it out, [`offload`]).
 //!
 //! Modules, in the order a call meets them: [`server`] and [`tls`] (HTTPS serving), [`routes`]
 //! (the HTTP API) with [`headers`] (limits, what a function sees) and [`body`] (reading and
-//! finishing request bodies), [`routing`] (serve here or hand over), [`invoke`] (the call
-//! pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
+//! finishing request bodies), [`routing`] (locations and areas), [`placement`] (every
+//! routing decision, pure), [`invoke`] (the call pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
 //! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
 //! state), [`metrics`].
 
@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod node;
 pub mod offload;
 pub mod peers;
+pub mod placement;
 pub mod routes;
 pub mod routing;
 pub mod schedule;

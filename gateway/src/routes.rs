@@ -38,6 +38,7 @@ use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
 use crate::node::{Live, NodeState};
+use crate::placement;
 use crate::routing::{self, Route};
 
 /// The remote address of the connection, inserted by the server for each connection.
@@ -229,11 +230,9 @@ async fn handle_call(
         .to_owned();
     let location = locate(&state, &parts.headers, client, signed)?;
     let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
-    let route = routing::decide(&state.map, &state.id, location.as_ref(), pinned);
-    let route = match &state.peers {
-        Some(peers) => peers.adjust(route, &state.map, &state.id),
-        None => route,
-    };
+    let route = placement::route(&state.map, &state.id, location.as_ref(), pinned, |id| {
+        state.peers.as_ref().is_none_or(|p| p.is_up(id))
+    });
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
         state.metrics.handover(&target.id);
