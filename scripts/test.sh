@@ -2,8 +2,10 @@
 # Installs what the tests need (Debian packages, the Python and npm test peers) and runs the
 # whole test suite. This is the README's test command and what CI (.ci/run) calls.
 #
-#   scripts/test.sh              # everything, then each fuzz target for 10 s
-#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run` (no fuzzing)
+#   scripts/test.sh              # every test
+#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run`
+#
+# The libFuzzer targets run on their own (scripts/fuzz.sh); .ci/run runs them after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +36,4 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo test --workspace "$@"
 else
   cargo nextest run --workspace --no-fail-fast "$@"
-fi
-
-# The whole suite (no arguments) also runs each libFuzzer target briefly (docs/security.md);
-# GEOFAAS_SKIP_FUZZ=1 leaves that out.
-if [ $# -eq 0 ] && [ "${GEOFAAS_SKIP_FUZZ:-0}" != 1 ]; then
-  FUZZ_SCRATCH=1 scripts/fuzz.sh "${GEOFAAS_FUZZ_SECONDS:-10}"
 fi
