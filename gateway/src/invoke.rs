@@ -64,8 +64,9 @@ pub struct Call {
     pub route_time: Duration,
     /// The call's `X-Request-Id`, for the log lines it causes.
     pub request_id: HeaderValue,
-    /// Signed by another node that forwarded it here: it runs here or fails, never goes on.
-    pub forwarded: bool,
+    /// Pinned: signed by another node that sent it here (offloaded or forwarded), so it runs
+    /// here or fails and never goes on.
+    pub pinned: bool,
     /// A stable hash of the caller (percentage rollouts keep a caller on one version).
     pub caller: u64,
 }
@@ -217,7 +218,7 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
         served_here: !here.is_empty(),
         cloud_serves: state.directory.cloud_serves(&call.function),
         has_cloud: state.cloud.is_some(),
-        pinned: call.forwarded,
+        pinned: call.pinned,
         admitted: false,
         policy: Policy::None,
     };

@@ -258,7 +258,7 @@ async fn handle_call(
         received,
         route_time,
         request_id,
-        forwarded: signed,
+        pinned: signed,
         caller: caller_hash(&parts.headers, caller.key_id(), client),
     };
     if crate::activations::wants_async(&parts.headers) {
