@@ -20,6 +20,8 @@ command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_pkgs+=(nginx)
 # /usr/bin/kill (not the shell's builtin): the fleet tests freeze etcd with SIGSTOP.
 [ -x /usr/bin/kill ] || [ -x /bin/kill ] || apt_pkgs+=(procps)
+# chromium: the browser the operator page's test drives headless (cli/tests/browser).
+[ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   echo "== installing ${apt_pkgs[*]}"
   apt-get update -qq
@@ -30,6 +32,9 @@ fi
 python3 -c 'import moto.server' 2>/dev/null || { echo "== pip install moto[server]"; python3 -m pip install -q -r functions-adapter/tests/peers/requirements.txt; }
 peer=functions-adapter/tests/peers/serverless
 [ -x "$peer/node_modules/.bin/serverless" ] || [ -d "$peer/node_modules/serverless-offline" ] || { echo "== npm ci ($peer)"; npm ci --prefix "$peer" --no-audit --no-fund --loglevel=error; }
+# Playwright's core (no browser download: it drives the Debian chromium above).
+browser=cli/tests/browser
+[ -d "$browser/node_modules/playwright-core" ] || { echo "== npm ci ($browser)"; npm ci --prefix "$browser" --no-audit --no-fund --loglevel=error; }
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "== cargo-nextest missing: running cargo test instead"

@@ -10,7 +10,7 @@
 //! finishing request bodies), [`routing`] (locations and areas), [`placement`] (every
 //! routing decision, pure), [`invoke`] (the call pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
 //! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
-//! state), [`metrics`].
+//! state), [`metrics`], [`events`] and [`ui`] (the call stream and the operator's page).
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +21,8 @@ pub mod body;
 pub mod deploy;
 pub mod directory;
 pub mod error;
+pub mod events;
+mod events_fleet;
 pub mod fleet;
 pub mod geo;
 pub mod headers;
@@ -38,6 +40,7 @@ pub mod routing;
 pub mod schedule;
 pub mod server;
 pub mod tls;
+pub mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -28,6 +28,8 @@ pub const OFFLOADS: &str = "geofaas_offloads_total";
 pub const PLACEMENTS: &str = "geofaas_placements_total";
 /// Time the `[scheduler]` policy took to decide one call.
 pub const DECISION_SECONDS: &str = "geofaas_scheduler_decision_seconds";
+/// Call events a `/events` subscriber lost because its queue was full (it read too slowly).
+pub const EVENTS_DROPPED: &str = "geofaas_events_dropped_total";
 
 /// Buckets of [`DECISION_SECONDS`]: 1 µs to 10 ms.
 const DECISION_BUCKETS: [f64; 10] = [
@@ -99,6 +101,11 @@ impl NodeMetrics {
             "Calls handed over with a 307".into(),
         );
         recorder.describe_counter(OFFLOADS.into(), None, "Calls offloaded to the cloud".into());
+        recorder.describe_counter(
+            EVENTS_DROPPED.into(),
+            None,
+            "Call events /events subscribers lost to a full queue".into(),
+        );
         recorder.describe_counter(
             PLACEMENTS.into(),
             None,
@@ -223,6 +230,11 @@ impl NodeMetrics {
             c
         });
         counter.increment(1);
+    }
+
+    /// A call event one `/events` subscriber lost ([`EVENTS_DROPPED`]).
+    pub fn events_dropped(&self) {
+        self.count(EVENTS_DROPPED, &[]);
     }
 
     /// One scheduler decision.

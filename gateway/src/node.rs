@@ -85,6 +85,8 @@ pub struct NodeState {
     pub loads: Arc<crate::loads::LoadBoard>,
     /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
     pub deploys: Option<Arc<crate::deploy::Deployer>>,
+    /// The call stream's subscribers and recent latencies (kept across reloads).
+    pub events: Arc<crate::events::EventBus>,
     /// HTTPS client for node-to-node requests other than calls (load reports); with an
     /// offload secret only.
     peer_client: Option<reqwest::Client>,
@@ -232,6 +234,7 @@ impl NodeState {
                 |b| b.idempotency.clone(),
             ),
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
+            events: before.map(|b| b.events.clone()).unwrap_or_default(),
             loads,
             deploys,
             peer_client,

@@ -68,6 +68,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/metrics", get(metrics))
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
+        .merge(crate::ui::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -187,10 +188,22 @@ async fn call(
     let received = Instant::now();
     let request_id = headers::request_id(req.headers());
     let span = tracing::debug_span!("call", node = %state.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
-    let mut resp = handle_call(state, name, client, req, received, request_id.clone())
+    let mut seen = crate::events::Seen::new(&state, &name);
+    let call = handle_call(
+        state.clone(),
+        name,
+        client,
+        req,
+        received,
+        request_id.clone(),
+        &mut seen,
+    );
+    let mut resp = call
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    // The call's one event and latency sample (`/events`, `/ui/state`).
+    seen.publish(&state, received, &request_id, &resp);
     resp.headers_mut()
         .insert(REQUEST_ID, headers::never_indexed(request_id));
     resp
@@ -203,6 +216,7 @@ async fn handle_call(
     req: Request<Body>,
     received: Instant,
     request_id: HeaderValue,
+    seen: &mut crate::events::Seen,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
     if parts.method != Method::GET && parts.method != Method::POST {
@@ -229,6 +243,7 @@ async fn handle_call(
         .map_or("/", |p| p.as_str())
         .to_owned();
     let location = locate(&state, &parts.headers, client, signed)?;
+    seen.located(location.as_ref(), signed);
     let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
     let route = placement::route(&state.map, &state.id, location.as_ref(), pinned, |id| {
         state.peers.as_ref().is_none_or(|p| p.is_up(id))
@@ -236,6 +251,7 @@ async fn handle_call(
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
         state.metrics.handover(&target.id);
+        seen.handed_over(&target.id);
         return handover(&state, &routing::handover_url(target, &path_and_query));
     }
     let idempotency_key = idempotency::key(&parts.headers, &name)?;

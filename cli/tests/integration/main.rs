@@ -24,3 +24,4 @@ mod remote_deploy;
 mod router;
 mod scheduler;
 mod security;
+mod ui;
