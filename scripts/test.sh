@@ -2,8 +2,10 @@
 # Installs what the tests need (Debian packages, the Python and npm test peers) and runs the
 # whole test suite. This is the README's test command and what CI (.ci/run) calls.
 #
-#   scripts/test.sh              # everything, then each fuzz target for 10 s
-#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run` (no fuzzing)
+#   scripts/test.sh              # every test
+#   scripts/test.sh -p geofaas-dns   # extra arguments go to `cargo nextest run`
+#
+# The libFuzzer targets run on their own (scripts/fuzz.sh); .ci/run runs them after this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +20,7 @@ command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_pkgs+=(nginx)
 # /usr/bin/kill (not the shell's builtin): the fleet tests freeze etcd with SIGSTOP.
 [ -x /usr/bin/kill ] || [ -x /bin/kill ] || apt_pkgs+=(procps)
-# chromium: the browser the operator page's test drives headless (gateway/tests/browser).
+# chromium: the browser the operator page's test drives headless (cli/tests/browser).
 [ -x /usr/bin/chromium ] || apt_pkgs+=(chromium)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
   echo "== installing ${apt_pkgs[*]}"
@@ -31,7 +33,7 @@ python3 -c 'import moto.server' 2>/dev/null || { echo "== pip install moto[serve
 peer=functions-adapter/tests/peers/serverless
 [ -x "$peer/node_modules/.bin/serverless" ] || [ -d "$peer/node_modules/serverless-offline" ] || { echo "== npm ci ($peer)"; npm ci --prefix "$peer" --no-audit --no-fund --loglevel=error; }
 # Playwright's core (no browser download: it drives the Debian chromium above).
-browser=gateway/tests/browser
+browser=cli/tests/browser
 [ -d "$browser/node_modules/playwright-core" ] || { echo "== npm ci ($browser)"; npm ci --prefix "$browser" --no-audit --no-fund --loglevel=error; }
 
 if ! cargo nextest --version >/dev/null 2>&1; then
@@ -39,10 +41,4 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo test --workspace "$@"
 else
   cargo nextest run --workspace --no-fail-fast "$@"
-fi
-
-# The whole suite (no arguments) also runs each libFuzzer target briefly (docs/security.md);
-# GEOFAAS_SKIP_FUZZ=1 leaves that out.
-if [ $# -eq 0 ] && [ "${GEOFAAS_SKIP_FUZZ:-0}" != 1 ]; then
-  FUZZ_SCRATCH=1 scripts/fuzz.sh "${GEOFAAS_FUZZ_SECONDS:-10}"
 fi

@@ -52,7 +52,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 cd "$ROOT"
-if [[ -z "${NO_BUILD:-}" ]]; then cargo build --profile lto -q -p geofaas-gateway; fi
+if [[ -z "${NO_BUILD:-}" ]]; then cargo build --profile lto -q -p geofaas; fi
 BIN=${BIN:-$ROOT/target/lto/geofaas}
 
 fill() { # template -> stdout, placeholders replaced

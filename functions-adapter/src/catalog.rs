@@ -82,6 +82,15 @@ impl Catalog {
         }
     }
 
+    /// The last list fetched, without fetching: `(list, fresh)`, fresh while younger than the
+    /// refresh interval; `None` before the first fetch.
+    pub fn peek(&self) -> Option<(Arc<Vec<String>>, bool)> {
+        let last = self.last.load();
+        let last = last.as_ref()?;
+        let fresh = last.at.is_some_and(|at| at.elapsed() < self.refresh);
+        Some((last.list.clone(), fresh))
+    }
+
     /// Forgets the cached list (the next read fetches it; it is still served if that fails).
     pub async fn invalidate(&self) {
         if let Some(last) = self.last.load_full() {

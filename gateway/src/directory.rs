@@ -8,6 +8,7 @@
 //! not serve is offloaded by an edge and is a `404` at the cloud (see [`crate::invoke`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,14 +20,17 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::offload::CloudLink;
+use crate::placement::Knows;
 
 /// What this node knows about where functions run.
 pub struct Directory {
     backends: Vec<Arc<dyn FunctionBackend>>,
     /// Functions other nodes' backends list in the topology, by node id.
     declared: BTreeMap<String, Vec<String>>,
-    /// The cloud's own list, at an edge that can reach it.
-    cloud: Option<(CloudLink, Catalog)>,
+    /// The cloud's own list, at an edge that can reach it (shared with its refresh task).
+    cloud: Option<Arc<(CloudLink, Catalog)>>,
+    /// A refresh of the cloud's list is under way.
+    refreshing: Arc<AtomicBool>,
     /// The registry's records, in a fleet, and the nodes of the topology they may speak for.
     registry: Option<(watch::Receiver<Arc<FleetView>>, Vec<String>)>,
 }
@@ -90,7 +94,8 @@ impl Directory {
         Self {
             backends,
             declared,
-            cloud: cloud.map(|link| (link, Catalog::new(refresh))),
+            cloud: cloud.map(|link| Arc::new((link, Catalog::new(refresh)))),
+            refreshing: Arc::new(AtomicBool::new(false)),
             registry: registry.map(|view| (view, others)),
         }
     }
@@ -109,6 +114,35 @@ impl Directory {
             }
         }
         here
+    }
+
+    /// Whether the cloud serves `function`, from its last list, without waiting: an old or
+    /// missing list is refreshed in the background (one fetch at a time) and counts as
+    /// [`Knows::Unknown`] when missing. [`Knows::Unknown`] at the cloud itself.
+    pub fn cloud_serves(&self, function: &str) -> Knows {
+        let Some(cloud) = &self.cloud else {
+            return Knows::Unknown;
+        };
+        let last = cloud.1.peek();
+        if !last.as_ref().is_some_and(|(_, fresh)| *fresh)
+            && !self.refreshing.swap(true, Ordering::AcqRel)
+        {
+            let (cloud, refreshing) = (cloud.clone(), self.refreshing.clone());
+            tokio::spawn(async move {
+                let (link, catalog) = &*cloud;
+                if let Err(e) = catalog.get(|| fetch(link)).await {
+                    tracing::debug!(error = %e, "cannot fetch the cloud's functions");
+                }
+                refreshing.store(false, Ordering::Release);
+            });
+        }
+        match last {
+            Some((list, _)) if list.binary_search_by(|f| f.as_str().cmp(function)).is_ok() => {
+                Knows::Yes
+            }
+            Some(_) => Knows::No,
+            None => Knows::Unknown,
+        }
     }
 
     /// Functions this node's backends serve now (a backend that cannot list adds none).
@@ -148,7 +182,8 @@ impl Directory {
                 nodes.insert(reg.record.id.clone(), listed);
             }
         }
-        if let Some((link, catalog)) = &self.cloud {
+        if let Some(cloud) = &self.cloud {
+            let (link, catalog) = &**cloud;
             match catalog.get(|| fetch(link)).await {
                 Ok(list) => {
                     let view = NodeView {

@@ -98,6 +98,25 @@ impl ApiError {
         )
     }
 
+    /// The answer when a call sent to another node (the cloud, a neighbour) failed there.
+    pub fn from_forward(err: &InvokeError) -> Self {
+        match err {
+            InvokeError::Timeout(d) => Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!("the other node did not answer within {} ms", d.as_millis()),
+            ),
+            InvokeError::Refused(why) => {
+                Self::new(StatusCode::BAD_REQUEST, "bad_path", why.clone())
+            }
+            e => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "offload_failed",
+                format!("the call could not be handed to the other node: {e}"),
+            ),
+        }
+    }
+
     /// A call that failed on every backend that could take it (and on the cloud).
     pub fn from_invoke(function: &str, err: &InvokeError) -> Self {
         match err {
@@ -163,4 +182,22 @@ impl IntoResponse for ApiError {
         resp.headers_mut().extend(self.headers);
         resp
     }
+}
+
+/// The error and its causes on one line, each cause once: many errors already print their
+/// cause in their own message (`file: cannot read: No such file...`), and anyhow's `{:#}` would
+/// repeat it.
+pub fn error_report(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -32,16 +32,16 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use geofaas_config::LatLon;
-use geofaas_functions::{
-    ContainerChoice, Fault, FunctionBackend, Invocation, InvokeError, InvokeOutput,
-};
+use geofaas_functions::{ContainerChoice, FunctionBackend, Invocation, InvokeError, InvokeOutput};
 
 use crate::error::ApiError;
 use crate::headers::name::{
     COLD_START, FUNCTION_VERSION, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING,
 };
 use crate::node::NodeState;
-use crate::schedule::{LocalState, Placement};
+use crate::placement::{self, Facts, FailedAt, Plan, Policy, Refusal};
+pub use crate::placement::{why, OffloadReason};
+use crate::schedule::LocalState;
 
 /// One call as received.
 #[derive(Debug)]
@@ -64,38 +64,11 @@ pub struct Call {
     pub route_time: Duration,
     /// The call's `X-Request-Id`, for the log lines it causes.
     pub request_id: HeaderValue,
-    /// Signed by another node that forwarded it here: it runs here or fails, never goes on.
-    pub forwarded: bool,
+    /// Pinned: signed by another node that sent it here (offloaded or forwarded), so it runs
+    /// here or fails and never goes on.
+    pub pinned: bool,
     /// A stable hash of the caller (percentage rollouts keep a caller on one version).
     pub caller: u64,
-}
-
-/// Why an edge sent a call to the cloud.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffloadReason {
-    /// No backend here serves the function.
-    NotHere,
-    /// The edge had no free admission permit.
-    Overloaded,
-    /// The scheduler placed the call in the cloud.
-    Scheduler,
-    /// Every backend here that serves the function failed.
-    BackendFailed,
-    /// The scheduler placed the call on a neighbouring edge that could not be connected to.
-    NeighborUnreachable,
-}
-
-impl OffloadReason {
-    /// Metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::NotHere => "not_here",
-            Self::Overloaded => "overloaded",
-            Self::Scheduler => "scheduler",
-            Self::BackendFailed => "backend_failed",
-            Self::NeighborUnreachable => "neighbor_unreachable",
-        }
-    }
 }
 
 /// Where a call ran, as `X-Placement` says it.
@@ -121,16 +94,6 @@ impl Ran {
             Self::Cloud => "cloud",
         }
     }
-}
-
-/// Why a call served here ran here, when no policy placed it.
-pub mod why {
-    /// No `[scheduler]` policy: served where it landed.
-    pub const NO_POLICY: &str = "no_policy";
-    /// The policy had no profile or no feasible placement for it.
-    pub const NO_DECISION: &str = "no_decision";
-    /// Another node forwarded it here; it is never forwarded again.
-    pub const FORWARDED: &str = "forwarded";
 }
 
 /// What happened to a call.
@@ -248,32 +211,29 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     outcome
 }
 
+/// Gathers the call's facts, asks [`placement::place`] for the plan and carries it out.
 async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let here = state.directory.local(&call.function).await;
-    if here.is_empty() {
-        let reason = OffloadReason::NotHere;
-        return offload_or(
-            state,
-            call,
-            reason,
-            reason.label(),
-            ApiError::unknown_function,
-        )
-        .await;
-    }
-    let deadline = call.received + state.call_timeout();
-    let may_forward = state.cloud.is_some() && !call.forwarded;
-    let permit = if may_forward {
-        // An edge at capacity places the call elsewhere instead of queueing the client
-        // behind other calls.
-        state.admission.try_acquire().ok()
-    } else {
-        admit_queued(state, deadline).await
+    let mut facts = Facts {
+        served_here: !here.is_empty(),
+        cloud_serves: state.directory.cloud_serves(&call.function),
+        has_cloud: state.cloud.is_some(),
+        pinned: call.pinned,
+        admitted: false,
+        policy: Policy::None,
     };
-    // Waiting for admission only; the decision below is reported as `sched`.
-    let queued = call.received.elapsed().saturating_sub(call.route_time);
-    let (placement, sched) = match &state.scheduler {
-        Some(s) => {
+    let deadline = call.received + state.call_timeout();
+    let (mut permit, mut sched) = (None, None);
+    if facts.served_here {
+        // An edge at capacity places the call elsewhere instead of queueing the client behind
+        // other calls; a node that cannot hand it on queues it.
+        permit = if facts.may_forward() {
+            state.admission.try_acquire().ok()
+        } else {
+            admit_queued(state, deadline).await
+        };
+        facts.admitted = permit.is_some();
+        if let Some(s) = &state.scheduler {
             let started = Instant::now();
             let local = LocalState {
                 in_flight: state
@@ -282,10 +242,10 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
                     .max_concurrent_calls
                     .max(1)
                     .saturating_sub(state.admission.available_permits() + 1),
-                admitted: permit.is_some(),
-                may_forward,
+                admitted: facts.admitted,
+                may_forward: facts.may_forward(),
             };
-            let placement = s.decide(
+            let decision = s.decide(
                 &state.topology,
                 state.directory.backends(),
                 &call.function,
@@ -294,74 +254,64 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
             );
             let took = started.elapsed();
             state.metrics.decision(took);
-            (placement.map(|p| (p, s.name())), Some(took))
+            sched = Some(took);
+            facts.policy = decision.map_or(Policy::NoDecision, |p| Policy::Chose(p, s.name()));
         }
-        None => (None, None),
-    };
-    let choice = match placement {
-        Some((Placement::Cloud, policy)) => {
-            drop(permit);
-            return offload_or(state, call, OffloadReason::Scheduler, policy, |_| {
-                unreachable_cloud()
-            })
-            .await;
-        }
-        Some((Placement::Neighbor(i), policy)) => {
-            drop(permit);
-            return forward_to_neighbor(state, call, i, policy).await;
-        }
-        Some((Placement::Reuse, _)) => ContainerChoice::Reuse,
-        Some((Placement::New, _)) => ContainerChoice::New,
-        None => ContainerChoice::Any,
-    };
-    let Some(permit) = permit else {
-        tracing::info!(function = %call.function, request_id = ?call.request_id, "at capacity: offloading");
-        let reason = OffloadReason::Overloaded;
-        return offload_or(state, call, reason, reason.label(), |_| overloaded()).await;
-    };
-    let why = match (call.forwarded, placement, &state.scheduler) {
-        (true, _, _) => why::FORWARDED,
-        (false, Some((_, policy)), _) => policy,
-        (false, None, Some(_)) => why::NO_DECISION,
-        (false, None, None) => why::NO_POLICY,
-    };
-    let err = match try_backends(state, &here, &call, deadline, choice).await {
-        Ok(out) => {
-            if out.cold_start {
-                state.metrics.cold_start(&call.function, out.cold);
-            }
-            let ran = if out.cold_start {
-                Ran::LocalNew
-            } else {
-                Ran::LocalWarm
-            };
+    }
+    // Waiting for admission only; the decision is reported as `sched`.
+    let queued = call.received.elapsed().saturating_sub(call.route_time);
+    match placement::place(&facts) {
+        Plan::Serve { container, why } => {
             let timing = Timing {
                 route: call.route_time,
                 queue: queued,
                 sched,
             };
-            let answer = local_response(state, out, timing);
-            return Outcome::Served { answer, ran, why };
+            let served = serve_here(state, &here, &facts, &call, deadline, container).await;
+            drop(permit);
+            match served {
+                Ok(out) => Outcome::Served {
+                    ran: if out.cold_start {
+                        Ran::LocalNew
+                    } else {
+                        Ran::LocalWarm
+                    },
+                    answer: local_response(state, out, timing),
+                    why,
+                },
+                Err((plan, err)) => carry_out(state, call, plan, &err).await,
+            }
         }
-        Err(e) => e,
-    };
-    drop(permit);
-    if !may_move_on(state, &call.function, &err) {
-        return Outcome::Failed(ApiError::from_invoke(&call.function, &err));
+        plan => {
+            drop(permit);
+            let err = InvokeError::UnknownFunction(call.function.clone());
+            carry_out(state, call, plan, &err).await
+        }
     }
-    let reason = match err.fault() {
-        // Every backend here said "not deployed" after all: the lists were stale.
-        Fault::Client => OffloadReason::NotHere,
-        Fault::Function | Fault::Backend | Fault::Network => OffloadReason::BackendFailed,
-    };
-    offload_or(state, call, reason, reason.label(), |f| {
-        ApiError::from_invoke(f, &err)
-    })
-    .await
 }
 
-/// Forwards the call, signed, to the neighbouring edge the scheduler chose; one that cannot be
-/// connected to leaves the call to the cloud (it never arrived, so it cannot run twice).
+/// Carries out a plan that sends the call away or refuses it; `err` is the failure that led
+/// here, if any (what a [`Refusal::Failed`] answers).
+async fn carry_out(state: &NodeState, call: Call, plan: Plan, err: &InvokeError) -> Outcome {
+    match plan {
+        Plan::Offload { reason, why } => offload(state, call, reason, why).await,
+        Plan::Forward { neighbor, why } => forward_to_neighbor(state, call, neighbor, why).await,
+        Plan::Refuse(refusal) => Outcome::Failed(refuse(refusal, &call.function, err)),
+        // Never planned after a failure.
+        Plan::Serve { .. } => Outcome::Failed(ApiError::from_invoke(&call.function, err)),
+    }
+}
+
+fn refuse(refusal: Refusal, function: &str, err: &InvokeError) -> ApiError {
+    match refusal {
+        Refusal::UnknownFunction => ApiError::unknown_function(function),
+        Refusal::Overloaded => overloaded(),
+        Refusal::Failed => ApiError::from_invoke(function, err),
+    }
+}
+
+/// Forwards the call, signed, to the neighbouring edge the scheduler chose; a failure before
+/// the call reached it leaves the call to the cloud (it cannot have run twice).
 async fn forward_to_neighbor(
     state: &NodeState,
     call: Call,
@@ -370,10 +320,7 @@ async fn forward_to_neighbor(
 ) -> Outcome {
     let target = state.scheduler.as_ref().and_then(|s| s.neighbor(neighbor));
     let (Some(link), Some(target)) = (&state.cloud, target) else {
-        return offload_or(state, call, OffloadReason::Scheduler, policy, |_| {
-            unreachable_cloud()
-        })
-        .await;
+        return offload(state, call, OffloadReason::Scheduler, policy).await;
     };
     tracing::debug!(to = %target.id, "placing the call on a neighbouring edge");
     let deadline = call.received + state.call_timeout();
@@ -386,18 +333,30 @@ async fn forward_to_neighbor(
         call.body.clone(),
         remaining,
     ));
-    match forward.await {
-        Ok(answer) => Outcome::Offloaded {
-            reason: OffloadReason::Scheduler,
-            ran: Ran::Neighbor,
-            why: policy,
-            answer,
-        },
-        Err(e) if !e.sent => {
-            let reason = OffloadReason::NeighborUnreachable;
-            offload_or(state, call, reason, reason.label(), |_| e.error).await
+    let err = match forward.await {
+        Ok(answer) => {
+            return Outcome::Offloaded {
+                reason: OffloadReason::Scheduler,
+                ran: Ran::Neighbor,
+                why: policy,
+                answer,
+            }
         }
-        Err(e) => Outcome::Failed(e.error),
+        Err(e) => e,
+    };
+    let facts = Facts {
+        served_here: true,
+        cloud_serves: state.directory.cloud_serves(&call.function),
+        has_cloud: true,
+        pinned: false,
+        admitted: true,
+        policy: Policy::None,
+    };
+    let plan = placement::after_failure(&facts, FailedAt::Neighbor, &err, false)
+        .unwrap_or(Plan::Refuse(Refusal::Failed));
+    match plan {
+        Plan::Offload { reason, why } => offload(state, call, reason, why).await,
+        _ => Outcome::Failed(ApiError::from_forward(&err)),
     }
 }
 
@@ -433,18 +392,15 @@ fn overloaded() -> ApiError {
     .retry_after(1)
 }
 
-/// Offloads the call if this is an edge with a link to the cloud and the call was not
-/// forwarded here, else answers `otherwise(function)`; `why` is the answer's
-/// `X-Placement-Reason`.
-async fn offload_or(
+/// Sends the call, signed, to the cloud; `why` is the answer's `X-Placement-Reason`.
+async fn offload(
     state: &NodeState,
     call: Call,
     reason: OffloadReason,
     why: &'static str,
-    otherwise: impl FnOnce(&str) -> ApiError,
 ) -> Outcome {
-    let Some(cloud) = state.cloud.as_ref().filter(|_| !call.forwarded) else {
-        return Outcome::Failed(otherwise(&call.function));
+    let Some(cloud) = state.cloud.as_ref() else {
+        return Outcome::Failed(unreachable_cloud());
     };
     state.metrics.offload(reason.label());
     tracing::debug!(reason = reason.label(), "offloading to the cloud");
@@ -452,7 +408,8 @@ async fn offload_or(
     let remaining = deadline.saturating_duration_since(Instant::now());
     // Boxed: the forward's future is large, and keeping it out of line keeps every call's
     // future small (it is moved into place on each call).
-    let forward = Box::pin(cloud.forward(
+    let forward = Box::pin(cloud.forward_to(
+        cloud.base(),
         &call.method,
         &call.path_and_query,
         &call.headers,
@@ -468,7 +425,7 @@ async fn offload_or(
         },
         // A full edge whose cloud is unreachable sheds the call at once.
         Err(_) if reason == OffloadReason::Overloaded => Outcome::Failed(overloaded()),
-        Err(e) => Outcome::Failed(e),
+        Err(e) => Outcome::Failed(ApiError::from_forward(&e)),
     }
 }
 
@@ -480,16 +437,22 @@ fn unreachable_cloud() -> ApiError {
     )
 }
 
-/// Tries each backend of `here` in turn; the last error when all fail.
-async fn try_backends(
+/// Runs the call on each backend of `here` in turn until one answers; when none does, the plan
+/// for what comes next ([`placement::after_failure`]) with the last failure.
+async fn serve_here(
     state: &NodeState,
     here: &[&Arc<dyn FunctionBackend>],
+    facts: &Facts,
     call: &Call,
     deadline: Instant,
     container: ContainerChoice,
-) -> Result<InvokeOutput, InvokeError> {
+) -> Result<InvokeOutput, (Plan, InvokeError)> {
+    let retry_on_error = state
+        .topology
+        .function(&call.function)
+        .is_some_and(|f| f.retry_on_error);
     let mut last = None;
-    for backend in here {
+    for (i, backend) in here.iter().enumerate() {
         let inv = Invocation {
             function: call.function.clone(),
             body: call.body.clone(),
@@ -508,30 +471,28 @@ async fn try_backends(
         state
             .metrics
             .backend_call(backend.kind(), outcome, started.elapsed());
-        match result {
-            Ok(out) => return Ok(out),
-            Err(e) => {
-                tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), ran = e.may_have_run(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
-                let stop = !may_move_on(state, &call.function, &e);
-                last = Some(e);
-                if stop {
-                    break;
+        let e = match result {
+            Ok(out) => {
+                if out.cold_start {
+                    state.metrics.cold_start(&call.function, out.cold);
                 }
+                return Ok(out);
             }
+            Err(e) => e,
+        };
+        tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), ran = e.may_have_run(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
+        let at = if i + 1 == here.len() {
+            FailedAt::LastBackend
+        } else {
+            FailedAt::Backend
+        };
+        if let Some(plan) = placement::after_failure(facts, at, &e, retry_on_error) {
+            return Err((plan, e));
         }
+        last = Some(e);
     }
-    Err(last.unwrap_or_else(|| InvokeError::UnknownFunction(call.function.clone())))
-}
-
-/// Whether a call that failed with `err` may run elsewhere: when it never ran there, after a
-/// timeout, or when the function's profile says `retry_on_error = true`.
-fn may_move_on(state: &NodeState, function: &str, err: &InvokeError) -> bool {
-    !err.may_have_run()
-        || matches!(err, InvokeError::Timeout(_))
-        || state
-            .topology
-            .function(function)
-            .is_some_and(|f| f.retry_on_error)
+    let e = last.unwrap_or_else(|| InvokeError::UnknownFunction(call.function.clone()));
+    Err((Plan::Refuse(Refusal::Failed), e))
 }
 
 /// Durations the gateway measured itself, for `Server-Timing`.

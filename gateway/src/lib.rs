@@ -1,16 +1,16 @@
-//! The geofaas gateway node and the `geofaas` command.
+//! The geofaas node: the HTTPS gateway and its call path (the `geofaas` command is the `geofaas`
+//! crate, `cli/`).
 //!
-//! A node serves `/fn/{name}` over HTTPS: it finds the client's location ([`routing`]), hands
-//! clients in other nodes' areas over with a 307, runs the call on its backends and offloads to
-//! the cloud when they fail or the node is full ([`invoke`], [`offload`]).
+//! A node serves `/fn/{name}` over HTTPS: it finds the client's location ([`routing`]), and
+//! [`placement`] decides where the call goes: a 307 to the node responsible for the client, this
+//! node's backends, a neighbouring edge or the cloud ([`invoke`] carries it out, [`offload`]).
 //!
 //! Modules, in the order a call meets them: [`server`] and [`tls`] (HTTPS serving), [`routes`]
 //! (the HTTP API) with [`headers`] (limits, what a function sees) and [`body`] (reading and
-//! finishing request bodies), [`routing`] (serve here or hand over), [`invoke`] (the call
-//! pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
+//! finishing request bodies), [`routing`] (locations and areas), [`placement`] (every
+//! routing decision, pure), [`invoke`] (the call pipeline) with [`directory`] (who serves what), [`schedule`], [`offload`] and [`auth`]
 //! (authenticated node-to-node calls), [`idempotency`] and [`activations`]; [`node`] (a node's
-//! state), [`metrics`], [`events`] and [`ui`] (the call stream and the operator's page), [`up`]
-//! (the one-machine demo), [`cli`].
+//! state), [`metrics`], [`events`] and [`ui`] (the call stream and the operator's page).
 
 #![forbid(unsafe_code)]
 
@@ -18,16 +18,12 @@ pub mod access;
 pub mod activations;
 pub mod auth;
 pub mod body;
-pub mod bundle;
-pub mod cli;
 pub mod deploy;
-pub mod deploy_cli;
 pub mod directory;
 pub mod error;
 pub mod events;
 mod events_fleet;
 pub mod fleet;
-pub mod fleet_cli;
 pub mod geo;
 pub mod headers;
 pub mod idempotency;
@@ -38,13 +34,13 @@ pub mod metrics;
 pub mod node;
 pub mod offload;
 pub mod peers;
+pub mod placement;
 pub mod routes;
 pub mod routing;
 pub mod schedule;
 pub mod server;
 pub mod tls;
 pub mod ui;
-pub mod up;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -250,7 +246,7 @@ pub async fn run_node(
                 });
                 match applied {
                     Ok(t) => { file = t; tracing::info!("topology reloaded") }
-                    Err(e) => tracing::error!(error = %cli::error_report(&e), "reload refused; keeping the running topology"),
+                    Err(e) => tracing::error!(error = %error::error_report(&e), "reload refused; keeping the running topology"),
                 }
             }
             Some(()) = fleet::changed(view.as_mut()) => {
@@ -258,7 +254,7 @@ pub async fn run_node(
                 if next.nodes != handle.current().topology.nodes {
                     match handle.reload(next) {
                         Ok(()) => tracing::info!(nodes = handle.current().topology.nodes.len(), "fleet changed: routing to the registered nodes"),
-                        Err(e) => tracing::error!(error = %cli::error_report(&e), "fleet change refused; keeping the running topology"),
+                        Err(e) => tracing::error!(error = %error::error_report(&e), "fleet change refused; keeping the running topology"),
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! lands on serves it there (a signed call is never forwarded again).
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response};
 use bytes::Bytes;
 use geofaas_config::NodeEntry;
 use std::time::Duration;
@@ -13,7 +13,6 @@ use geofaas_config::headers::{self, OFFLOADED_FROM};
 use geofaas_functions::InvokeError;
 
 use crate::auth::OffloadKey;
-use crate::error::ApiError;
 
 /// Response headers of the cloud that reach the client.
 const PASSED_BACK: [&str; 7] = [
@@ -25,16 +24,6 @@ const PASSED_BACK: [&str; 7] = [
     headers::IDEMPOTENT_REPLAYED,
     "retry-after",
 ];
-
-/// A forward that failed; `sent` is false when the call never left this node (the peer could
-/// not be connected to), so trying another node cannot run it twice.
-#[derive(Debug)]
-pub struct ForwardError {
-    /// The answer to give when nothing else is tried.
-    pub error: ApiError,
-    /// Whether the request may have reached the peer.
-    pub sent: bool,
-}
 
 /// A connection-reusing HTTPS client to the cloud gateway (and, for the scheduler, to the
 /// neighbouring edges).
@@ -105,21 +94,15 @@ impl CloudLink {
         &self.client
     }
 
-    /// Sends the call to the cloud and returns its answer with `X-Offloaded-From: <me>`.
-    pub async fn forward(
-        &self,
-        method: &Method,
-        path_and_query: &str,
-        headers: &HeaderMap,
-        body: Bytes,
-        timeout: Duration,
-    ) -> Result<Response<Body>, ApiError> {
-        self.forward_to(&self.base, method, path_and_query, headers, body, timeout)
-            .await
-            .map_err(|e| e.error)
+    /// The cloud gateway's URL.
+    pub fn base(&self) -> &Url {
+        &self.base
     }
 
-    /// Sends the call, signed, to the gateway at `base` (the cloud or a neighbouring edge).
+    /// Sends the call, signed, to the gateway at `base` (the cloud or a neighbouring edge) and
+    /// returns its answer with `X-Offloaded-From: <me>`. A failure is classed like a backend's
+    /// ([`InvokeError::may_have_run`]): `Unavailable` when the call never left this node (no
+    /// connection), `Timeout`, or `Network` when it may have reached the other node.
     pub async fn forward_to(
         &self,
         base: &Url,
@@ -128,15 +111,10 @@ impl CloudLink {
         headers: &HeaderMap,
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Response<Body>, ForwardError> {
-        let url = base.join(path_and_query).map_err(|_| ForwardError {
-            error: ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_path",
-                "request path is not a valid URL path",
-            ),
-            sent: false,
-        })?;
+    ) -> Result<Response<Body>, InvokeError> {
+        let url = base
+            .join(path_and_query)
+            .map_err(|e| InvokeError::Refused(format!("request path {path_and_query:?}: {e}")))?;
         let path = url.path().to_owned();
         let mut req = self
             .client
@@ -152,18 +130,12 @@ impl CloudLink {
         }
         let resp = req.send().await.map_err(|e| {
             tracing::warn!(path = %path, to = %base, error = %e, "forwarding a call failed");
-            let (status, code) = if e.is_timeout() {
-                (StatusCode::GATEWAY_TIMEOUT, "timeout")
+            if e.is_timeout() {
+                InvokeError::Timeout(timeout)
+            } else if e.is_connect() {
+                InvokeError::Unavailable(format!("{base}: {e}"))
             } else {
-                (StatusCode::BAD_GATEWAY, "offload_failed")
-            };
-            ForwardError {
-                error: ApiError::new(
-                    status,
-                    code,
-                    "the edge failed and the cloud could not be reached",
-                ),
-                sent: !e.is_connect(),
+                InvokeError::Network(format!("{base}: {e}"))
             }
         })?;
         let status = resp.status();
@@ -173,25 +145,15 @@ impl CloudLink {
                 out = out.header(name, v);
             }
         }
-        let body = resp.bytes().await.map_err(|_| ForwardError {
-            error: ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "offload_failed",
-                "the cloud's answer was cut off",
-            ),
-            sent: true,
-        })?;
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| InvokeError::Network(format!("{base}: the answer was cut off: {e}")))?;
         out = out.header(
             HeaderName::from_static(OFFLOADED_FROM),
             HeaderValue::from_str(&self.me).unwrap_or(HeaderValue::from_static("edge")),
         );
-        out.body(Body::from(body)).map_err(|_| ForwardError {
-            error: ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "offload_failed",
-                "the cloud's answer was malformed",
-            ),
-            sent: true,
-        })
+        out.body(Body::from(body))
+            .map_err(|e| InvokeError::Protocol(format!("{base}: a malformed answer: {e}")))
     }
 }

@@ -2,9 +2,8 @@
 //! `dns.probe_interval_ms` (the probes the geo DNS runs), so that a handover never sends a
 //! client to a node known to be dead. A node counts as dead after [`FAILURES_TO_DOWN`] failed
 //! probes in a row (one lost probe, or a peer still starting, is not a death) and as alive
-//! again after one good probe. A dead edge's area goes to the cloud until it answers again; the
-//! cloud serves a dead edge's clients itself, and an edge serves clients it would hand to a
-//! dead cloud.
+//! again after one good probe. What a dead node means for a handover is
+//! [`crate::placement::route`]'s to decide.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +11,6 @@ use std::time::Duration;
 use geofaas_config::{NodeEntry, ServiceMap};
 use geofaas_dns::HealthTable;
 use tokio::task::JoinSet;
-
-use crate::routing::Route;
 
 /// Failed probes in a row after which a peer counts as dead.
 pub const FAILURES_TO_DOWN: u32 = 2;
@@ -71,20 +68,8 @@ impl PeerHealth {
         })
     }
 
-    /// `route` with a dead handover target replaced: an edge hands the client to the cloud, the
-    /// cloud serves it.
-    pub fn adjust<'a>(&self, route: Route<'a>, map: &'a ServiceMap, me: &str) -> Route<'a> {
-        match route {
-            Route::Handover(target) if !self.table.is_healthy_id(&target.id) => {
-                let cloud = map.cloud();
-                if cloud.id == me || cloud.id == target.id {
-                    Route::Serve
-                } else {
-                    tracing::debug!(dead = %target.id, "handover target is down: sending the client to the cloud");
-                    Route::Handover(cloud)
-                }
-            }
-            other => other,
-        }
+    /// Whether node `id` is up as far as the probes know (a node never probed counts as up).
+    pub fn is_up(&self, id: &str) -> bool {
+        self.table.is_healthy_id(id)
     }
 }

@@ -38,6 +38,7 @@ use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
 use crate::node::{Live, NodeState};
+use crate::placement;
 use crate::routing::{self, Route};
 
 /// The remote address of the connection, inserted by the server for each connection.
@@ -244,11 +245,9 @@ async fn handle_call(
     let location = locate(&state, &parts.headers, client, signed)?;
     seen.located(location.as_ref(), signed);
     let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
-    let route = routing::decide(&state.map, &state.id, location.as_ref(), pinned);
-    let route = match &state.peers {
-        Some(peers) => peers.adjust(route, &state.map, &state.id),
-        None => route,
-    };
+    let route = placement::route(&state.map, &state.id, location.as_ref(), pinned, |id| {
+        state.peers.as_ref().is_none_or(|p| p.is_up(id))
+    });
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
         state.metrics.handover(&target.id);
@@ -275,7 +274,7 @@ async fn handle_call(
         received,
         route_time,
         request_id,
-        forwarded: signed,
+        pinned: signed,
         caller: caller_hash(&parts.headers, caller.key_id(), client),
     };
     if crate::activations::wants_async(&parts.headers) {

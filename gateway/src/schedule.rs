@@ -327,7 +327,7 @@ fn load_ppo(topology: &Topology, link: LinkModel) -> anyhow::Result<PpoPolicy> {
             Ok(policy)
         }
         None => {
-            let bytes = geofaas_scheduler::cli::shipped_weights("berlin")
+            let bytes = geofaas_scheduler::ppo::shipped_weights("berlin")
                 .ok_or_else(|| anyhow::anyhow!("no shipped PPO weights"))?;
             Ok(PpoPolicy::from_bytes(bytes, link)?)
         }

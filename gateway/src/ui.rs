@@ -2,7 +2,7 @@
 //!
 //! Everything it loads is embedded in the binary and served from `/ui/*` (no CDN, works
 //! offline): the page, its script and style, and the base map (Natural Earth 1:110m land,
-//! public domain, written by `gateway/tests/browser/land.js`). The page reads
+//! public domain, written by `cli/tests/browser/land.js`). The page reads
 //! [`GET /ui/state`](state), a snapshot of every node (its area from the topology, and what
 //! the node itself reports at `GET /ui/node`: readiness, load, functions and versions, recent
 //! latency percentiles), and follows `GET /events?scope=fleet` ([`crate::events`]).

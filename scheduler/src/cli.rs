@@ -187,14 +187,7 @@ pub struct SimulateArgs {
     pub workload: WorkloadArgs,
 }
 
-/// Shipped weights of the built-in topologies.
-pub fn shipped_weights(topology: &str) -> Option<&'static [u8]> {
-    match topology {
-        "melbourne" | "eua" => Some(include_bytes!("../weights/melbourne.safetensors")),
-        "berlin" => Some(include_bytes!("../weights/berlin.safetensors")),
-        _ => None,
-    }
-}
+pub use crate::ppo::shipped_weights;
 
 fn make_policy(
     name: &str,

@@ -8,11 +8,13 @@
 //!   loaded from the Huawei trace format by [`trace`]); [`metrics`] summarises and plots runs;
 //! * [`eval`]: seed ranges, the contention-free lower bound and the per-seed report with
 //!   bootstrap confidence intervals behind `simulate --held-out N`;
-//! * `train` (feature `train`): PPO training in dfdx; [`cli`]: `geofaas train` / `simulate`.
+//! * `train` (feature `train`): PPO training in dfdx; `cli` (feature `cli`, with the plots):
+//!   `geofaas train` / `simulate`. A node needs neither (`default-features = false`).
 
 #![forbid(unsafe_code)]
 
 pub mod baselines;
+#[cfg(feature = "cli")]
 pub mod cli;
 mod error;
 pub mod eval;

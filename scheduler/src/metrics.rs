@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+#[cfg(feature = "cli")]
 use plotters::prelude::*;
 
 use crate::error::{Result, SchedulerError};
@@ -138,6 +139,7 @@ pub fn write_csv(path: &Path, rows: &[Summary]) -> Result<()> {
     std::fs::write(path, s).map_err(|e| SchedulerError::io(path, e))
 }
 
+#[cfg(feature = "cli")]
 fn register_font() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -150,6 +152,7 @@ fn register_font() {
     });
 }
 
+#[cfg(feature = "cli")]
 /// Plots the latency CDF of each `(policy, outcomes)` up to `max_ms` into a PNG.
 pub fn plot_cdf(path: &Path, series: &[(String, Vec<Outcome>)], max_ms: f64) -> Result<()> {
     register_font();
@@ -227,6 +230,7 @@ mod tests {
         assert_eq!(percentile(&[7.0], 0.0), 7.0);
     }
 
+    #[cfg(feature = "cli")]
     #[test]
     fn plot_renders_text_without_system_fonts() {
         let dir = tempfile::tempdir().unwrap();

@@ -463,6 +463,15 @@ fn sort_metadata(mut bytes: Vec<u8>, meta: &HashMap<String, String>) -> Result<V
     Ok(bytes)
 }
 
+/// Shipped weights of the built-in topologies.
+pub fn shipped_weights(topology: &str) -> Option<&'static [u8]> {
+    match topology {
+        "melbourne" | "eua" => Some(include_bytes!("../weights/melbourne.safetensors")),
+        "berlin" => Some(include_bytes!("../weights/berlin.safetensors")),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! The operator's view against a real `geofaas up` (a child process) on a Lisbon topology: the
 //! call stream `GET /events` read with `curl -N` (HTTP/1.1 and HTTP/2), its bound (a
 //! subscriber that never reads), its admin key, and `GET /ui` in Debian's Chromium driven by
-//! Playwright's core (`gateway/tests/browser/ui-check.js`).
+//! Playwright's core (`cli/tests/browser/ui-check.js`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -571,7 +571,7 @@ fn the_live_map_in_chromium_shows_every_node_and_area_and_a_curl_call() {
     let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     assert!(
         browser.join("node_modules/playwright-core").is_dir(),
-        "run `npm ci --prefix gateway/tests/browser` (scripts/test.sh does) for the browser test"
+        "run `npm ci --prefix cli/tests/browser` (scripts/test.sh does) for the browser test"
     );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(

@@ -1,4 +1,16 @@
-//! The `geofaas` binary: parses flags, sets up logging, runs the command.
+//! The `geofaas` command: the node (`geofaas node`), the geo DNS, the one-machine demo (`up`),
+//! deploys, the fleet, and the scheduler's and the loadtest's commands.
+//!
+//! A thin crate over the libraries: [`cli`] parses the flags and runs the command, [`up`] runs
+//! the demo (embedded in the binary by [`bundle`]), [`deploy_cli`] and [`fleet_cli`] are the
+//! clients of the nodes' admin API and of the registry. Only this crate links the trainer
+//! (dfdx) and the plots (plotters); a node is `geofaas_gateway`.
+
+mod bundle;
+mod cli;
+mod deploy_cli;
+mod fleet_cli;
+mod up;
 
 use clap::Parser;
 
@@ -33,11 +45,11 @@ async fn run() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = geofaas_gateway::cli::Cli::parse();
-    match geofaas_gateway::cli::run(cli).await {
+    let cli = cli::Cli::parse();
+    match cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", geofaas_gateway::cli::error_report(&e));
+            eprintln!("error: {}", geofaas_gateway::error::error_report(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -14,9 +14,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use rand::RngCore;
 use tokio_util::sync::CancellationToken;
 
-use crate::node::{NodeOptions, NodeState};
-use crate::tls::TlsMaterial;
-use crate::NodeHandle;
+use geofaas_gateway::node::{NodeOptions, NodeState};
+use geofaas_gateway::tls::TlsMaterial;
+use geofaas_gateway::NodeHandle;
 
 /// Arguments of `geofaas up`.
 #[derive(Debug, clap::Args)]
@@ -68,8 +68,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         geofaas_dns::MmdbSchema::GeoIp2City,
     )
     .context("writing the demo GeoIP database")?;
-    let locator: Arc<dyn GeoLocator> =
-        Arc::new(crate::MmdbLocator(geofaas_dns::GeoDb::open(&mmdb_path)?));
+    let locator: Arc<dyn GeoLocator> = Arc::new(geofaas_gateway::MmdbLocator(
+        geofaas_dns::GeoDb::open(&mmdb_path)?,
+    ));
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut secret);
     let opts = NodeOptions {
@@ -91,7 +92,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
                     node.listen, node.id
                 )
             })?;
-        let backends = crate::build_backends(&topology, &node.id)?;
+        let backends = geofaas_gateway::build_backends(&topology, &node.id)?;
         let opts = NodeOptions {
             state_dir: Some(node_state_dir(&args.state_dir, &node.id)),
             ..opts.clone()

@@ -1,6 +1,6 @@
 //! The demo `geofaas up` runs without a checkout: the Berlin topology and the example
 //! functions, embedded in the binary and written out under the state dir, so an installed
-//! `geofaas` (`cargo install --path gateway`) starts the demo from any folder.
+//! `geofaas` (`cargo install --path cli`) starts the demo from any folder.
 
 use std::path::{Path, PathBuf};
 

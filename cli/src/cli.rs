@@ -7,8 +7,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use geofaas_config::Topology;
 
-use crate::node::NodeOptions;
-use crate::tls::TlsMaterial;
+use geofaas_gateway::node::NodeOptions;
+use geofaas_gateway::tls::TlsMaterial;
 
 /// geofaas: a geo-aware edge-to-cloud Function-as-a-Service platform.
 #[derive(Debug, Parser)]
@@ -113,7 +113,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let locator = match &topology.geoip {
         Some(g) => {
             let db = geofaas_dns::GeoDb::open(&topology.resolve(&g.mmdb))?;
-            Some(Arc::new(crate::MmdbLocator(db)) as Arc<dyn geofaas_config::GeoLocator>)
+            Some(Arc::new(geofaas_gateway::MmdbLocator(db)) as Arc<dyn geofaas_config::GeoLocator>)
         }
         None => None,
     };
@@ -142,7 +142,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(node = %node.id, listen = %node.listen, url = %node.public_url, "node up");
-    crate::run_node(
+    geofaas_gateway::run_node(
         topology.clone(),
         &args.node,
         listener,
@@ -177,24 +177,6 @@ fn reload_on_sighup(path: PathBuf) -> tokio::sync::mpsc::Receiver<anyhow::Result
     rx
 }
 
-/// The error and its causes on one line, each cause once: many errors already print their
-/// cause in their own message (`file: cannot read: No such file...`), and anyhow's `{:#}` would
-/// repeat it.
-pub fn error_report(err: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
-}
-
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -226,7 +208,7 @@ mod tests {
     fn each_cause_is_printed_once() {
         let err = Topology::load("/nonexistent/berlin.toml").unwrap_err();
         let err = anyhow::Error::new(err).context("starting the demo");
-        let report = error_report(&err);
+        let report = geofaas_gateway::error::error_report(&err);
         assert_eq!(
             report.matches("No such file or directory").count(),
             1,
