@@ -22,7 +22,7 @@ for (const f of land.features) {
     if (ring.length >= 4) rings.push(ring);
   }
 }
-const out = path.join(__dirname, '..', '..', 'src', 'ui', 'land.json');
+const out = path.join(__dirname, '..', '..', '..', 'gateway', 'src', 'ui', 'land.json');
 fs.writeFileSync(out, JSON.stringify({
   source: 'Natural Earth 1:110m land (public domain), via world-atlas 2.0.2',
   rings,
