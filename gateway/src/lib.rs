@@ -31,6 +31,8 @@ pub mod idempotency;
 pub mod invoke;
 pub mod limits;
 pub mod loads;
+pub mod logs;
+pub mod logs_cli;
 pub mod metrics;
 pub mod node;
 pub mod offload;

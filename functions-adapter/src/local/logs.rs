@@ -114,23 +114,27 @@ impl FunctionLogs {
         stream: LogStream,
         text: &[u8],
     ) {
-        let line = Arc::new(LogLine {
-            seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
-            at_us: now_us(),
-            function: Arc::clone(function),
-            version,
-            request_id,
-            stream,
-            text: cut(text),
-        });
-        {
+        let text = cut(text);
+        let line = {
             let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+            // Numbered and stamped under the lock: a reader of the rings has seen every line
+            // up to the highest `seq` it got.
+            let line = Arc::new(LogLine {
+                seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                at_us: now_us(),
+                function: Arc::clone(function),
+                version,
+                request_id,
+                stream,
+                text,
+            });
             let ring = rings.entry(Arc::clone(function)).or_default();
             if ring.len() >= self.per_function {
                 ring.pop_front();
             }
             ring.push_back(Arc::clone(&line));
-        }
+            line
+        };
         // No follower is not an error.
         let _ = self.follow.send(line);
     }
