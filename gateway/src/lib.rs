@@ -25,6 +25,7 @@ pub mod directory;
 pub mod error;
 pub mod fleet;
 pub mod fleet_cli;
+pub mod fleet_health;
 pub mod geo;
 pub mod headers;
 pub mod idempotency;
