@@ -54,7 +54,11 @@ pub fn tree() -> TreeUsage {
     let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
     let mut own = None;
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Some((ppid, ticks)) = stat(pid) else {
@@ -100,7 +104,10 @@ mod tests {
             if now.processes > before.processes && now.ticks >= before.ticks + 20 {
                 break now;
             }
-            assert!(std::time::Instant::now() < deadline, "the busy child never showed");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the busy child never showed"
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         };
         let own = crate::record::process_usage().0 - own_before;

@@ -150,7 +150,12 @@ impl Nodes {
         })
     }
 
-    pub(crate) fn request(&self, method: reqwest::Method, node: &Node, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(
+        &self,
+        method: reqwest::Method,
+        node: &Node,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
         let url = format!("{}{path}", node.url.trim_end_matches('/'));
         let req = self.client.request(method, url);
         match &self.key {

@@ -133,7 +133,8 @@ pub async fn list(
         if let crate::fleet_health::Probe::Unreachable(why) = probe {
             notes.push_str(&format!("{}: /readyz: {why}\n", rec.id));
         }
-        let report = age_ms.map_or_else(|| "-".to_owned(), |a| format!("{:.1}s", a as f64 / 1000.0));
+        let report =
+            age_ms.map_or_else(|| "-".to_owned(), |a| format!("{:.1}s", a as f64 / 1000.0));
         let (busy, idle) = fresh.map_or((0, 0), |l| {
             l.load
                 .functions

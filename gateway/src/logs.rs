@@ -146,10 +146,7 @@ async fn forward(
 /// The function's headers with the call's `X-Request-Id`, so the lines it prints carry it
 /// (and an offloaded call keeps its id at the cloud).
 pub fn with_request_id(mut headers: HeaderMap, request_id: &HeaderValue) -> HeaderMap {
-    headers.insert(
-        geofaas_config::headers::REQUEST_ID,
-        request_id.clone(),
-    );
+    headers.insert(geofaas_config::headers::REQUEST_ID, request_id.clone());
     headers
 }
 
@@ -217,7 +214,10 @@ pub fn since(text: &str, now: SystemTime) -> Result<u64, String> {
             )
         })?,
     };
-    let us = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros();
+    let us = at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
     Ok(u64::try_from(us).unwrap_or(u64::MAX))
 }
 

@@ -91,8 +91,8 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         query.push(("function", f.clone()));
     }
     if let Some(text) = &args.since {
-        let at_us = crate::logs::since(text, SystemTime::now())
-            .map_err(|e| anyhow::anyhow!("--{e}"))?;
+        let at_us =
+            crate::logs::since(text, SystemTime::now()).map_err(|e| anyhow::anyhow!("--{e}"))?;
         // One instant for every node, whatever their clocks say "5m ago" is.
         query.push(("since", crate::logs::rfc3339(at_us)));
     }
@@ -119,7 +119,9 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         match event {
             Event::Line(e) if !catching_up.is_empty() => history.push(e),
             Event::Line(e) => writeln!(out, "{}", e.render())?,
-            Event::Lost(n) => eprintln!("geofaas logs: {node}: {n} lines lost (reading too slowly)"),
+            Event::Lost(n) => {
+                eprintln!("geofaas logs: {node}: {n} lines lost (reading too slowly)")
+            }
             Event::CaughtUp => {
                 catching_up.remove(&node);
             }
@@ -230,7 +232,10 @@ mod tests {
         ];
         print_merged(&mut out, lines).unwrap();
         let text = String::from_utf8(out).unwrap();
-        let order: Vec<&str> = text.lines().map(|l| l.rsplit(' ').next().unwrap()).collect();
+        let order: Vec<&str> = text
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap())
+            .collect();
         assert_eq!(order, ["first", "second", "third"]);
         assert!(text.starts_with("2026-12-02T00:00:01.500000Z a talk@abc - stdout: first\n"));
     }

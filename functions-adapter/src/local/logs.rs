@@ -310,15 +310,17 @@ mod tests {
         let logs = Arc::new(FunctionLogs::new(3));
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
         for i in 0..5 {
-            logs.push(&a, None, None, LogStream::Stdout, format!("a{i}").as_bytes());
+            logs.push(
+                &a,
+                None,
+                None,
+                LogStream::Stdout,
+                format!("a{i}").as_bytes(),
+            );
         }
         logs.push(&b, None, None, LogStream::Stderr, b"b0");
-        let texts = |f| -> Vec<String> {
-            logs.lines(f, 0)
-                .iter()
-                .map(|l| l.text.clone())
-                .collect()
-        };
+        let texts =
+            |f| -> Vec<String> { logs.lines(f, 0).iter().map(|l| l.text.clone()).collect() };
         assert_eq!(texts(Some("a")), ["a2", "a3", "a4"]);
         assert_eq!(texts(Some("b")), ["b0"]);
         assert_eq!(texts(None), ["a2", "a3", "a4", "b0"]);
@@ -326,7 +328,10 @@ mod tests {
         let long = vec![b'x'; MAX_LINE_BYTES * 2];
         logs.push(&b, None, None, LogStream::Stderr, &long);
         let kept = logs.lines(Some("b"), 0);
-        assert_eq!(kept.last().unwrap().text.len(), MAX_LINE_BYTES + '…'.len_utf8());
+        assert_eq!(
+            kept.last().unwrap().text.len(),
+            MAX_LINE_BYTES + '…'.len_utf8()
+        );
         let later = kept.last().unwrap().at_us + 1;
         assert!(logs.lines(None, later).is_empty());
     }

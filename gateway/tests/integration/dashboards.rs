@@ -8,7 +8,9 @@ use geofaas_gateway::metrics;
 use geofaas_test_support::peers::require;
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
 }
 
 /// Every `geofaas_*` metric name in `expr`, without the histogram series suffixes.

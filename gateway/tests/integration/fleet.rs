@@ -811,7 +811,9 @@ async fn a_deploy_reaches_every_node_through_etcd_also_one_that_was_down() {
 
 /// The fields of `id`'s row in a `geofaas fleet ls` table (empty when it has none).
 fn fleet_row(table: &str, id: &str) -> Vec<String> {
-    let row = table.lines().find(|l| l.split_whitespace().next() == Some(id));
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(id));
     row.map(|l| l.split_whitespace().map(str::to_owned).collect())
         .unwrap_or_default()
 }
@@ -835,7 +837,10 @@ async fn fleet_ls_shows_a_killed_node_down_from_its_own_answer_while_etcd_still_
     };
     let etcd = f.etcd.url().to_owned();
     let up = within(Duration::from_secs(20), || async {
-        fleet_row(&ls(&etcd), "tu-berlin").get(3).map(String::as_str) == Some("up")
+        fleet_row(&ls(&etcd), "tu-berlin")
+            .get(3)
+            .map(String::as_str)
+            == Some("up")
     })
     .await;
     assert!(up.is_some(), "tu-berlin up: {}", ls(&etcd));
@@ -852,7 +857,10 @@ async fn fleet_ls_shows_a_killed_node_down_from_its_own_answer_while_etcd_still_
     let took = killed.elapsed();
     let row = fleet_row(&table, "tu-berlin");
     // Its record is still in etcd (the lease has not run out), yet it reads down.
-    assert!(!row.is_empty(), "the record outlives the node by its lease: {table}");
+    assert!(
+        !row.is_empty(),
+        "the record outlives the node by its lease: {table}"
+    );
     assert_eq!(row[3], "down", "{table}");
     assert!(table.contains("tu-berlin: /readyz: "), "{table}");
     assert_eq!(fleet_row(&table, "cloud")[3], "up", "{table}");

@@ -52,7 +52,11 @@ fn logs_of_two_nodes_merge_in_time_order_with_node_version_and_request_id() {
     let up = Up::start(false);
     talk_fn(up.dir.path());
     let version = printed_version(&up.deploy(&["./talk"]));
-    let calls = [(0, "cbd", "first-call"), (1, "carlton", "second-call"), (0, "cbd", "third-call")];
+    let calls = [
+        (0, "cbd", "first-call"),
+        (1, "carlton", "second-call"),
+        (0, "cbd", "third-call"),
+    ];
     for (i, (node, _, id)) in calls.iter().enumerate() {
         let header = format!("X-Request-Id: {id}");
         let a = up.call(*node, "talk", i % 2 == 1, &["-H", &header]);
@@ -66,7 +70,10 @@ fn logs_of_two_nodes_merge_in_time_order_with_node_version_and_request_id() {
     assert_eq!(said.len(), 3, "{text}");
     for (line, (_, node, id)) in said.iter().zip(&calls) {
         let want = format!(" {node} talk@{version} {id} stdout: said hi");
-        assert!(line.ends_with(&want), "{line:?} should end with {want:?}\n{text}");
+        assert!(
+            line.ends_with(&want),
+            "{line:?} should end with {want:?}\n{text}"
+        );
     }
     let warned = format!(" carlton talk@{version} second-call stderr: warned hi");
     assert!(text.lines().any(|l| l.ends_with(&warned)), "{text}");
