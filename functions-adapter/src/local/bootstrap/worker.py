@@ -124,17 +124,9 @@ class _TaggedStdout:
     def fileno(self):
         return self._err.fileno()
 
-    @property
-    def buffer(self):
-        return self._err.buffer
-
-    @property
-    def encoding(self):
-        return self._err.encoding
-
-    @property
-    def errors(self):
-        return self._err.errors
+    def __getattr__(self, name):
+        # buffer, encoding, errors, closed, ...: stderr's (bytes written to buffer are stderr's).
+        return getattr(self._err, name)
 
 
 def _call_tag(request_id):
