@@ -18,6 +18,8 @@ command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
 command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 # nginx: the HTTP/1.1 server the tinyFaaS adapter's connections are tested against.
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_pkgs+=(nginx)
+# promtool (Debian's prometheus): checks the shipped scrape configuration (deploy/prometheus).
+command -v promtool >/dev/null || apt_pkgs+=(prometheus)
 # /usr/bin/kill (not the shell's builtin): the fleet tests freeze etcd with SIGSTOP.
 [ -x /usr/bin/kill ] || [ -x /bin/kill ] || apt_pkgs+=(procps)
 # chromium: the browser the operator page's test drives headless (cli/tests/browser).

@@ -43,6 +43,8 @@ pub enum Command {
     /// List or remove deployed functions.
     #[command(subcommand)]
     Functions(crate::deploy_cli::FunctionsCommand),
+    /// What functions wrote to stdout and stderr, from every node, in time order.
+    Logs(crate::logs_cli::LogsArgs),
 }
 
 /// Arguments of `geofaas node`.
@@ -78,6 +80,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Deploy(args) => crate::deploy_cli::deploy(args).await,
         Command::Rollback(args) => crate::deploy_cli::rollback(args).await,
         Command::Functions(cmd) => crate::deploy_cli::functions(cmd).await,
+        Command::Logs(args) => crate::logs_cli::run(args).await,
     }
 }
 

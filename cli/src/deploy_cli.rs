@@ -20,6 +20,8 @@ use geofaas_gateway::deploy::bundle::Bundle;
 pub const ADMIN_KEY_ENV: &str = "GEOFAAS_ADMIN_KEY";
 /// How long one node may take to answer an admin request (a deploy starts an instance).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long connecting to one node may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which nodes a command goes to.
 #[derive(Debug, Clone, clap::Args)]
@@ -94,20 +96,29 @@ pub enum FunctionsCommand {
 
 /// One node to talk to.
 #[derive(Debug, Clone)]
-struct Node {
-    id: String,
-    url: String,
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) url: String,
 }
 
 /// The nodes and an HTTPS client that trusts them.
-struct Nodes {
-    nodes: Vec<Node>,
+pub(crate) struct Nodes {
+    pub(crate) nodes: Vec<Node>,
     client: reqwest::Client,
     key: Option<String>,
 }
 
 impl Nodes {
     async fn resolve(target: &Target) -> anyhow::Result<Self> {
+        Self::resolve_with(target, Some(REQUEST_TIMEOUT)).await
+    }
+
+    /// The nodes of `target`, with a client whose requests end after `timeout` (`None`: only
+    /// connecting is bounded, for answers that stream).
+    pub(crate) async fn resolve_with(
+        target: &Target,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Self> {
         let (mut nodes, ca) = match &target.config {
             Some(path) => from_topology(path).await?,
             None => from_up(&target.state_dir)?,
@@ -123,7 +134,10 @@ impl Nodes {
             }
             nodes.retain(|n| target.nodes.contains(&n.id));
         }
-        let mut client = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
+        let mut client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+        if let Some(timeout) = timeout {
+            client = client.timeout(timeout);
+        }
         if let Some(ca) = target.cacert.clone().or(ca) {
             let pem = std::fs::read(&ca).with_context(|| format!("reading {}", ca.display()))?;
             client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
@@ -136,7 +150,12 @@ impl Nodes {
         })
     }
 
-    fn request(&self, method: reqwest::Method, node: &Node, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(
+        &self,
+        method: reqwest::Method,
+        node: &Node,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
         let url = format!("{}{path}", node.url.trim_end_matches('/'));
         let req = self.client.request(method, url);
         match &self.key {
@@ -232,7 +251,7 @@ async fn answer(req: reqwest::RequestBuilder) -> Result<Value, String> {
         .unwrap_or_else(|| format!("{status}: {}", String::from_utf8_lossy(&bytes).trim())))
 }
 
-fn describe(e: &reqwest::Error) -> String {
+pub(crate) fn describe(e: &reqwest::Error) -> String {
     let mut msg = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

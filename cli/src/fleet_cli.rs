@@ -1,5 +1,6 @@
 //! `geofaas fleet ls`: the registered nodes with their areas, health, load and lease, read once
-//! from etcd.
+//! from etcd, and each node's own word on its health (its `/readyz`, probed at once, and the
+//! age of its last load report; [`crate::fleet_health`]).
 
 use std::path::PathBuf;
 
@@ -34,6 +35,10 @@ pub struct LsArgs {
     /// Print the full area WKT instead of its first 40 characters.
     #[arg(long)]
     pub wide: bool,
+    /// CA certificate the nodes' certificates are checked against when probing their
+    /// `/readyz` (default: the topology's `[tls] ca`, else the system's roots).
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
 }
 
 /// Runs `geofaas fleet`.
@@ -41,11 +46,25 @@ pub async fn run(args: FleetArgs) -> anyhow::Result<()> {
     match args.command {
         FleetCommand::Ls(ls) => {
             let settings = settings(&ls)?;
-            let table = list(&settings, ls.wide).await?;
+            let probe = crate::fleet_health::Prober::new(ca(&ls)?.as_deref())?;
+            let table = list(&settings, &probe, ls.wide).await?;
             print!("{table}");
             Ok(())
         }
     }
+}
+
+/// The CA to check nodes against: `--cacert`, else the topology's `[tls] ca`.
+fn ca(ls: &LsArgs) -> anyhow::Result<Option<PathBuf>> {
+    if ls.cacert.is_some() {
+        return Ok(ls.cacert.clone());
+    }
+    let Some(path) = &ls.config else {
+        return Ok(None);
+    };
+    let topology = Topology::load(path)?;
+    let ca = topology.tls.as_ref().and_then(|t| t.ca.as_ref());
+    Ok(ca.map(|p| topology.resolve(p)))
 }
 
 fn settings(ls: &LsArgs) -> anyhow::Result<RegistrySettings> {
@@ -59,8 +78,12 @@ fn settings(ls: &LsArgs) -> anyhow::Result<RegistrySettings> {
         .with_context(|| format!("{}: no [registry] section", topology.source))
 }
 
-/// The table `geofaas fleet ls` prints.
-pub async fn list(settings: &RegistrySettings, wide: bool) -> anyhow::Result<String> {
+/// The table `geofaas fleet ls` prints; `probe` asks each node for its `/readyz`.
+pub async fn list(
+    settings: &RegistrySettings,
+    probe: &crate::fleet_health::Prober,
+    wide: bool,
+) -> anyhow::Result<String> {
     let etcd = Etcd::connect(settings)?;
     let prefix = &settings.prefix;
     let (nodes, _) = etcd
@@ -74,13 +97,20 @@ pub async fn list(settings: &RegistrySettings, wide: bool) -> anyhow::Result<Str
         .iter()
         .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
         .collect();
-    let stale_ms = settings.load_interval_ms.saturating_mul(3);
+    let records: Vec<(NodeRecord, i64)> = nodes
+        .iter()
+        .filter_map(|kv| Some((serde_json::from_slice(&kv.value).ok()?, kv.lease)))
+        .collect();
+    let urls: Vec<&url::Url> = records.iter().map(|(r, _)| &r.public_url).collect();
+    let probes = probe.all(&urls).await;
+    let mut notes = String::new();
     let mut out = format!(
-        "{:<16} {:<6} {:<28} {:<8} {:>6} {:>7} {:>6} {:>8} {:>12} {:>9}  {}\n",
+        "{:<16} {:<6} {:<28} {:<9} {:>7} {:>6} {:>7} {:>6} {:>8} {:>12} {:>9}  {}\n",
         "NODE",
         "ROLE",
         "URL",
         "HEALTH",
+        "REPORT",
         "QUEUE",
         "RUNNING",
         "CPU%",
@@ -89,22 +119,22 @@ pub async fn list(settings: &RegistrySettings, wide: bool) -> anyhow::Result<Str
         "LEASE",
         "AREA"
     );
-    for kv in &nodes {
-        let Ok(rec) = serde_json::from_slice::<NodeRecord>(&kv.value) else {
-            continue;
-        };
-        let lease = match etcd.time_to_live(kv.lease).await {
+    for ((rec, lease), probe) in records.iter().zip(&probes) {
+        let lease = match etcd.time_to_live(*lease).await {
             Ok(Some((left, granted))) => format!("{left}/{granted}s"),
             Ok(None) => "expired".to_owned(),
             Err(_) => "?".to_owned(),
         };
         let load = loads.iter().find(|l| l.node == rec.id);
-        let fresh = load.filter(|l| now_ms().saturating_sub(l.at_ms) <= stale_ms);
-        let health = match (load, fresh) {
-            (_, Some(_)) => "up",
-            (Some(_), None) => "stale",
-            (None, _) => "no-load",
-        };
+        let age_ms = load.map(|l| now_ms().saturating_sub(l.at_ms));
+        let interval = settings.load_interval_ms;
+        let health = crate::fleet_health::health(probe, age_ms, interval);
+        let fresh = load.filter(|_| crate::fleet_health::is_fresh(age_ms, interval));
+        if let crate::fleet_health::Probe::Unreachable(why) = probe {
+            notes.push_str(&format!("{}: /readyz: {why}\n", rec.id));
+        }
+        let report =
+            age_ms.map_or_else(|| "-".to_owned(), |a| format!("{:.1}s", a as f64 / 1000.0));
         let (busy, idle) = fresh.map_or((0, 0), |l| {
             l.load
                 .functions
@@ -119,14 +149,15 @@ pub async fn list(settings: &RegistrySettings, wide: bool) -> anyhow::Result<Str
         let role = format!("{:?}", rec.role).to_lowercase();
         let num = |f: &dyn Fn(&LoadReport) -> String| fresh.map_or_else(|| "-".to_owned(), f);
         out.push_str(&format!(
-            "{:<16} {:<6} {:<28} {:<8} {:>6} {:>7} {:>6} {:>8} {:>12} {:>9}  {}\n",
+            "{:<16} {:<6} {:<28} {:<9} {:>7} {:>6} {:>7} {:>6} {:>8} {:>12} {:>9}  {}\n",
             rec.id,
             role,
             rec.public_url.as_str(),
             health,
+            report,
             num(&|l| l.load.queued.to_string()),
             num(&|l| l.load.running.to_string()),
-            num(&|l| format!("{:.0}", l.cpu_percent)),
+            num(&|l| format!("{:.1}", l.cpu_percent)),
             num(&|l| (l.memory_bytes / (1024 * 1024)).to_string()),
             format!("{busy}/{idle}"),
             lease,
@@ -136,5 +167,6 @@ pub async fn list(settings: &RegistrySettings, wide: bool) -> anyhow::Result<Str
     if nodes.is_empty() {
         out.push_str("(no node registered)\n");
     }
+    out.push_str(&notes);
     Ok(out)
 }

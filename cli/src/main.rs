@@ -3,13 +3,16 @@
 //!
 //! A thin crate over the libraries: [`cli`] parses the flags and runs the command, [`up`] runs
 //! the demo (embedded in the binary by [`bundle`]), [`deploy_cli`] and [`fleet_cli`] are the
-//! clients of the nodes' admin API and of the registry. Only this crate links the trainer
+//! clients of the nodes' admin API and of the registry (`fleet_health` asks each node itself,
+//! `logs_cli` merges every node's function output). Only this crate links the trainer
 //! (dfdx) and the plots (plotters); a node is `geofaas_gateway`.
 
 mod bundle;
 mod cli;
 mod deploy_cli;
 mod fleet_cli;
+mod fleet_health;
+mod logs_cli;
 mod up;
 
 use clap::Parser;

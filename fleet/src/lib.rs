@@ -25,6 +25,7 @@ pub mod etcd;
 pub mod functions;
 pub mod member;
 pub mod record;
+pub mod usage;
 pub mod view;
 mod watcher;
 

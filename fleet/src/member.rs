@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::FleetError;
 use crate::etcd::Etcd;
-use crate::record::{now_ms, process_usage, LoadReport, NodeLoad, NodeRecord};
+use crate::record::{now_ms, LoadReport, NodeLoad, NodeRecord};
 use crate::view::{merge, FleetView};
 
 /// What a node reports of its own load.
@@ -238,7 +238,7 @@ async fn keep(j: &Joining, lease: i64) -> FleetError {
     }
 }
 
-/// CPU use of this process between samples.
+/// CPU use of this process and its function processes between samples ([`crate::usage`]).
 struct CpuMeter {
     last: (u64, std::time::Instant),
 }
@@ -249,17 +249,18 @@ const TICKS_PER_S: f64 = 100.0;
 impl CpuMeter {
     fn new(_interval: Duration) -> Self {
         Self {
-            last: (process_usage().0, std::time::Instant::now()),
+            last: (crate::usage::tree().ticks, std::time::Instant::now()),
         }
     }
 
     fn sample(&mut self) -> (f64, u64) {
-        let (ticks, rss) = process_usage();
+        let usage = crate::usage::tree();
+        let (ticks, memory) = (usage.ticks, usage.memory_bytes);
         let now = std::time::Instant::now();
         let dt = now.duration_since(self.last.1).as_secs_f64();
         let used = ticks.saturating_sub(self.last.0) as f64 / TICKS_PER_S;
         self.last = (ticks, now);
         let pct = if dt > 0.0 { 100.0 * used / dt } else { 0.0 };
-        (pct, rss)
+        (pct, memory)
     }
 }

@@ -130,9 +130,11 @@ pub struct LoadReport {
     /// Queue, calls and instances.
     #[serde(flatten)]
     pub load: NodeLoad,
-    /// CPU the node's process used over the last interval, in percent of one core.
+    /// CPU the node's process and its function processes used over the last interval, in
+    /// percent of one core ([`crate::usage`]).
     pub cpu_percent: f64,
-    /// Resident memory of the node's process in bytes.
+    /// Memory (proportional set size) of the node's process and its function processes in
+    /// bytes.
     pub memory_bytes: u64,
 }
 

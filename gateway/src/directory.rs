@@ -19,7 +19,7 @@ use geofaas_functions::{FunctionBackend, InvokeError};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::offload::CloudLink;
+use crate::offload::NodeLink;
 use crate::placement::Knows;
 
 /// What this node knows about where functions run.
@@ -28,7 +28,7 @@ pub struct Directory {
     /// Functions other nodes' backends list in the topology, by node id.
     declared: BTreeMap<String, Vec<String>>,
     /// The cloud's own list, at an edge that can reach it (shared with its refresh task).
-    cloud: Option<Arc<(CloudLink, Catalog)>>,
+    cloud: Option<Arc<(NodeLink, Catalog)>>,
     /// A refresh of the cloud's list is under way.
     refreshing: Arc<AtomicBool>,
     /// The registry's records, in a fleet, and the nodes of the topology they may speak for.
@@ -69,7 +69,7 @@ impl Directory {
         topology: &Topology,
         me: &str,
         backends: Vec<Arc<dyn FunctionBackend>>,
-        cloud: Option<CloudLink>,
+        cloud: Option<NodeLink>,
         registry: Option<watch::Receiver<Arc<FleetView>>>,
     ) -> Self {
         let others = topology
@@ -199,7 +199,7 @@ impl Directory {
     }
 }
 
-async fn fetch(link: &CloudLink) -> Result<Vec<String>, InvokeError> {
+async fn fetch(link: &NodeLink) -> Result<Vec<String>, InvokeError> {
     link.functions().await.map(sorted)
 }
 

@@ -217,7 +217,7 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let mut facts = Facts {
         served_here: !here.is_empty(),
         cloud_serves: state.directory.cloud_serves(&call.function),
-        has_cloud: state.cloud.is_some(),
+        has_cloud: state.link.is_some(),
         pinned: call.pinned,
         admitted: false,
         policy: Policy::None,
@@ -319,7 +319,7 @@ async fn forward_to_neighbor(
     policy: &'static str,
 ) -> Outcome {
     let target = state.scheduler.as_ref().and_then(|s| s.neighbor(neighbor));
-    let (Some(link), Some(target)) = (&state.cloud, target) else {
+    let (Some(link), Some(target)) = (&state.link, target) else {
         return offload(state, call, OffloadReason::Scheduler, policy).await;
     };
     tracing::debug!(to = %target.id, "placing the call on a neighbouring edge");
@@ -399,7 +399,7 @@ async fn offload(
     reason: OffloadReason,
     why: &'static str,
 ) -> Outcome {
-    let Some(cloud) = state.cloud.as_ref() else {
+    let Some(cloud) = state.link.as_ref() else {
         return Outcome::Failed(unreachable_cloud());
     };
     state.metrics.offload(reason.label());

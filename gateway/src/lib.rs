@@ -30,6 +30,7 @@ pub mod idempotency;
 pub mod invoke;
 pub mod limits;
 pub mod loads;
+pub mod logs;
 pub mod metrics;
 pub mod node;
 pub mod offload;

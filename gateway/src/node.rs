@@ -1,4 +1,4 @@
-//! One running node: its place in the topology, its backends, and the link to the cloud.
+//! One running node: its place in the topology, its backends, and its link to the other nodes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use crate::auth::OffloadKey;
 use crate::directory::Directory;
 use crate::limits::RateLimits;
 use crate::metrics::NodeMetrics;
-use crate::offload::CloudLink;
+use crate::offload::NodeLink;
 use crate::schedule::EdgeScheduler;
 
 /// What a node needs besides the topology.
@@ -55,8 +55,9 @@ pub struct NodeState {
     pub map: ServiceMap,
     /// This node's backends and what every node serves.
     pub directory: Directory,
-    /// The cloud gateway, for edges that offload.
-    pub cloud: Option<CloudLink>,
+    /// At an edge, the signed HTTPS link to the other nodes: the cloud it offloads to and the
+    /// neighbouring edges the scheduler places calls on.
+    pub link: Option<NodeLink>,
     /// The placement policy an edge that offloads asks before each call (`[scheduler]`).
     pub scheduler: Option<EdgeScheduler>,
     /// Verifies offload credentials of calls from other nodes.
@@ -136,8 +137,8 @@ impl NodeState {
             .ok_or_else(|| anyhow::anyhow!("{}: no node with id {id:?}", topology.source))?;
         let map = topology.service_map()?;
         let key = opts.offload_secret.as_deref().map(OffloadKey::new);
-        let cloud = match (node.role, &key) {
-            (Role::Edge, Some(key)) => Some(CloudLink::new(
+        let link = match (node.role, &key) {
+            (Role::Edge, Some(key)) => Some(NodeLink::new(
                 map.cloud(),
                 id,
                 key.clone(),
@@ -146,7 +147,7 @@ impl NodeState {
             _ => None,
         };
         let loads = before.map(|b| b.loads.clone()).unwrap_or_default();
-        let scheduler = match cloud {
+        let scheduler = match link {
             Some(_) => EdgeScheduler::from_topology(&topology, id, loads.clone())?,
             None => None,
         };
@@ -208,10 +209,10 @@ impl NodeState {
                 &topology,
                 id,
                 backends,
-                cloud.clone(),
+                link.clone(),
                 opts.fleet.as_ref().map(|f| f.view()),
             ),
-            cloud,
+            link,
             scheduler,
             key,
             access,

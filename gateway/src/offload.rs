@@ -25,10 +25,10 @@ const PASSED_BACK: [&str; 7] = [
     "retry-after",
 ];
 
-/// A connection-reusing HTTPS client to the cloud gateway (and, for the scheduler, to the
-/// neighbouring edges).
+/// The link from an edge to the other nodes: a connection-reusing HTTPS client that signs what
+/// it sends, to the cloud gateway and, for the scheduler, to the neighbouring edges.
 #[derive(Debug, Clone)]
-pub struct CloudLink {
+pub struct NodeLink {
     cloud_id: String,
     base: Url,
     me: String,
@@ -36,7 +36,7 @@ pub struct CloudLink {
     client: reqwest::Client,
 }
 
-impl CloudLink {
+impl NodeLink {
     /// A link from node `me` to `cloud`, trusting `ca_pem` besides the system roots.
     pub fn new(
         cloud: &NodeEntry,

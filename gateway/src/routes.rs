@@ -69,6 +69,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
         .merge(crate::ui::routes())
+        .merge(crate::logs::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -268,7 +269,10 @@ async fn handle_call(
         function: name,
         method: parts.method,
         path_and_query,
-        headers: headers::for_function(&parts.headers, here(&state), location.as_ref()),
+        headers: crate::logs::with_request_id(
+            headers::for_function(&parts.headers, here(&state), location.as_ref()),
+            &request_id,
+        ),
         body,
         location: location.map(|l| l.point),
         received,

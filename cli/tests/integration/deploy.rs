@@ -11,7 +11,7 @@ use geofaas_gateway::access::sha256_hex;
 
 use crate::answer::Answer;
 
-const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
 const ADMIN: &str = "ops-admin-secret";
 const APP: &str = "app-caller-secret";
 
@@ -23,10 +23,10 @@ const PLACES: [(&str, &str); 3] = [
 ];
 
 /// A `geofaas up` running from its own scratch folder.
-struct Up {
+pub(crate) struct Up {
     child: Option<Child>,
-    dir: tempfile::TempDir,
-    ports: Vec<u16>,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) ports: Vec<u16>,
     keys: bool,
 }
 
@@ -86,7 +86,7 @@ fn topology(ports: &[u16], keys: bool) -> String {
 }
 
 impl Up {
-    fn start(keys: bool) -> Self {
+    pub(crate) fn start(keys: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("functions")).unwrap();
         let ports = vec![free_port(), free_port(), free_port()];
@@ -137,12 +137,12 @@ impl Up {
         self.dir.path().join(p)
     }
 
-    fn ca(&self) -> PathBuf {
+    pub(crate) fn ca(&self) -> PathBuf {
         self.path(".geofaas/ca.pem")
     }
 
     /// Runs `geofaas ARGS` from the `up` folder, with `env`.
-    fn geofaas(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn geofaas(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         Command::new(BIN)
             .args(args)
             .current_dir(self.dir.path())
@@ -152,7 +152,7 @@ impl Up {
     }
 
     /// `geofaas deploy ARGS` that must succeed; its stdout.
-    fn deploy(&self, args: &[&str]) -> String {
+    pub(crate) fn deploy(&self, args: &[&str]) -> String {
         let mut all = vec!["deploy"];
         all.extend_from_slice(args);
         let env: &[(&str, &str)] = if self.keys {
@@ -181,7 +181,7 @@ impl Up {
     }
 
     /// Calls `function` at node `node` with `curl` (HTTP/2 when `h2`), from inside its area.
-    fn call(&self, node: usize, function: &str, h2: bool, extra: &[&str]) -> Answer {
+    pub(crate) fn call(&self, node: usize, function: &str, h2: bool, extra: &[&str]) -> Answer {
         let out = Command::new("curl")
             .args(["-sS", "-i", if h2 { "--http2" } else { "--http1.1" }])
             .arg("--cacert")
@@ -253,7 +253,7 @@ fn python_fn(root: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 /// The version id `geofaas deploy` printed.
-fn printed_version(stdout: &str) -> String {
+pub(crate) fn printed_version(stdout: &str) -> String {
     let at = stdout.find(" version ").expect("a version in the output") + 9;
     stdout[at..at + 12].to_owned()
 }

@@ -808,3 +808,61 @@ async fn a_deploy_reaches_every_node_through_etcd_also_one_that_was_down() {
         f.log("potsdam")
     );
 }
+
+/// The fields of `id`'s row in a `geofaas fleet ls` table (empty when it has none).
+fn fleet_row(table: &str, id: &str) -> Vec<String> {
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(id));
+    row.map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_ls_shows_a_killed_node_down_from_its_own_answer_while_etcd_still_lists_it() {
+    let Some(mut f) = Fleet::start().await else {
+        return;
+    };
+    f.run_cloud().await;
+    f.run("tu-berlin", Some(("tu-berlin", "127.0.0.11")));
+    let ca = f.dir.path().join("ca.pem");
+    let ls = |etcd: &str| {
+        let out = Command::new(BIN)
+            .args(["fleet", "ls", "--etcd", etcd, "--cacert"])
+            .arg(&ca)
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let etcd = f.etcd.url().to_owned();
+    let up = within(Duration::from_secs(20), || async {
+        fleet_row(&ls(&etcd), "tu-berlin")
+            .get(3)
+            .map(String::as_str)
+            == Some("up")
+    })
+    .await;
+    assert!(up.is_some(), "tu-berlin up: {}", ls(&etcd));
+    // NODE ROLE URL HEALTH REPORT QUEUE RUNNING CPU% MEM_MB WARM LEASE AREA: measured values.
+    let table = ls(&etcd);
+    let row = fleet_row(&table, "tu-berlin");
+    assert!(row[4].ends_with('s'), "report age: {table}");
+    assert!(row[7].parse::<f64>().is_ok(), "CPU%: {table}");
+    assert!(row[8].parse::<u64>().unwrap() > 0, "MEM_MB: {table}");
+
+    f.kill("tu-berlin");
+    let killed = Instant::now();
+    let table = ls(&etcd);
+    let took = killed.elapsed();
+    let row = fleet_row(&table, "tu-berlin");
+    // Its record is still in etcd (the lease has not run out), yet it reads down.
+    assert!(
+        !row.is_empty(),
+        "the record outlives the node by its lease: {table}"
+    );
+    assert_eq!(row[3], "down", "{table}");
+    assert!(table.contains("tu-berlin: /readyz: "), "{table}");
+    assert_eq!(fleet_row(&table, "cloud")[3], "up", "{table}");
+    eprintln!("tu-berlin read down {took:?} after kill -9 (report interval 200 ms)");
+}

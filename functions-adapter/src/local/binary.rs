@@ -6,7 +6,6 @@
 //! interpreter and script are then in the page cache, but a process still starts per call).
 
 use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -20,8 +19,13 @@ use crate::InvokeError;
 /// How long to wait for stderr to close after the script exited.
 const STDERR_GRACE: Duration = Duration::from_millis(200);
 
-/// Runs `fn.sh` once with `body` on stdin.
-pub(crate) async fn run(spec: &FunctionSpec, launch: &Launch, body: &[u8]) -> CallResult {
+/// Runs `fn.sh` once with `body` on stdin; its stderr lines are the call `request_id`'s.
+pub(crate) async fn run(
+    spec: &FunctionSpec,
+    launch: &Launch,
+    body: &[u8],
+    request_id: Option<&str>,
+) -> CallResult {
     let started = Instant::now();
     let script = spec.dir.join("fn.sh");
     let executable = std::fs::metadata(&script)
@@ -68,7 +72,9 @@ pub(crate) async fn run(spec: &FunctionSpec, launch: &Launch, body: &[u8]) -> Ca
         return fail(InvokeError::Unavailable("stdio pipe missing".into()));
     };
     let pid = child.id().unwrap_or_default();
-    let mut tail = StderrTail::capture(stderr, Arc::from(spec.name.as_str()), pid);
+    let writer = super::logs::Writer::function(spec, &launch.logs);
+    let tagged = super::logs::Tagged::in_call(request_id);
+    let mut tail = StderrTail::capture(stderr, writer, pid, tagged);
     let input = Bytes::copy_from_slice(body);
     let feed = tokio::spawn(async move {
         // A script that does not read its input closes the pipe early; that is not an error.
@@ -97,6 +103,10 @@ pub(crate) async fn run(spec: &FunctionSpec, launch: &Launch, body: &[u8]) -> Ca
         }
     };
     drop(group);
+    if result.is_ok() {
+        // The rest of its stderr, for the function's logs (closed now that the group is gone).
+        tail.finish(STDERR_GRACE).await;
+    }
     CallResult {
         result,
         keep: true,

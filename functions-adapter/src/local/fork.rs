@@ -102,7 +102,7 @@ impl Expected<'_> {
         mut self,
         pid: u32,
         exits: Arc<Exits>,
-        label: Arc<str>,
+        label: super::logs::Writer,
     ) -> Result<ProcWorker, StartError> {
         let both = async {
             let calls = (&mut self.calls).await.ok()?;
@@ -131,7 +131,7 @@ impl Expected<'_> {
             super::proc::kill_group(pid);
             return Err(fork_failed("the forked process did not connect back"));
         };
-        let stderr = StderrTail::capture(stderr, label, pid);
+        let stderr = StderrTail::capture(stderr, label, pid, super::logs::Tagged::default());
         let mut worker = ProcWorker::from_socket(calls, stderr, pid, exits);
         worker.handshake().await?;
         Ok(worker)

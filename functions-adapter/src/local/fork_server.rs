@@ -78,7 +78,7 @@ impl ForkServer {
         };
         // Other instances may be forked while this one connects back.
         drop(running);
-        let label = Arc::from(self.spec.name.as_str());
+        let label = super::logs::Writer::function(&self.spec, self.zygote.logs());
         expected.child(pid, self.zygote.exits(), label).await
     }
 

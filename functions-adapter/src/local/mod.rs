@@ -28,6 +28,7 @@ mod binary;
 mod error;
 mod fork;
 mod fork_server;
+pub mod logs;
 mod node_pool;
 mod pool;
 mod proc;
@@ -45,12 +46,14 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use deadpool::managed::{Object, PoolError};
+use geofaas_config::headers::REQUEST_ID;
 use geofaas_config::LocalBackend;
 use http::HeaderMap;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use error::LocalError;
+pub use logs::{FunctionLogs, LogLine, LogStream};
 pub use spec::{load as load_function, FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
@@ -207,6 +210,7 @@ impl LocalRuntime {
             node_bootstrap: write_script(scripts.path(), "worker.js", NODE_BOOTSTRAP)?,
             memory_limit_mb: cfg.memory_limit_mb,
             max_output_bytes: cfg.max_output_bytes,
+            logs: Arc::new(FunctionLogs::default()),
         });
         let keep_alive = Duration::from_secs(cfg.keep_alive_s);
         let stop = CancellationToken::new();
@@ -492,6 +496,11 @@ impl LocalRuntime {
         self.inner.zygote.as_ref().and_then(|z| z.pid())
     }
 
+    /// What the functions of this runtime wrote to stdout and stderr, newest lines kept.
+    pub fn logs(&self) -> &Arc<FunctionLogs> {
+        &self.inner.launch.logs
+    }
+
     /// Stops the idle instances of every function that outlived `keep_alive` now, instead of
     /// waiting for the reaper; returns how many were stopped.
     pub fn evict_idle(&self, keep_alive: Duration) -> usize {
@@ -576,7 +585,14 @@ impl LocalRuntime {
         let headers = headers_json(&call.headers);
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());
-        let call_fut = worker.call(&manager.spec, &manager.launch, &headers, &call.body);
+        let request_id = call.headers.get(REQUEST_ID).and_then(|v| v.to_str().ok());
+        let call_fut = worker.call(
+            &manager.spec,
+            &manager.launch,
+            &headers,
+            &call.body,
+            request_id,
+        );
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(left, call_fut) => outcome,
             () = self.inner.stop.cancelled() => {

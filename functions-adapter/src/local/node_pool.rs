@@ -94,7 +94,7 @@ impl NodePool {
             }
             None => self.start_one().await?,
         };
-        let loaded = worker.load_function(spec).await;
+        let loaded = worker.load_function(spec, &self.launch.logs).await;
         if loaded.is_err() {
             // Consumed without a first call to wake the filler.
             self.refill();
@@ -130,7 +130,7 @@ impl NodePool {
             &self.dir,
             &[],
             self.launch.memory_limit_mb,
-            Arc::from("node worker"),
+            super::logs::Writer::internal("node worker"),
         )?;
         worker.handshake().await?;
         Ok(worker)

@@ -19,6 +19,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::task::JoinHandle;
 
+use super::logs::{Tagged, Writer};
+
 /// How much of a process's stderr is kept for error messages.
 const TAIL_BYTES: usize = 8 * 1024;
 
@@ -75,54 +77,62 @@ pub(crate) fn describe_exit(status: ExitStatus) -> String {
     }
 }
 
-/// The last bytes a process wrote to stderr, collected by a background task that also logs them.
+/// The last bytes a process wrote to stderr, collected by a background task that also traces
+/// them and files a function's lines in its runtime's logs ([`super::logs`]).
 #[derive(Debug)]
 pub(crate) struct StderrTail {
     buf: Arc<Mutex<Vec<u8>>>,
-    /// What the log lines name as the writer (a generic worker is renamed when it loads a
-    /// function).
-    label: Arc<Mutex<Arc<str>>>,
+    /// Who writes (a generic worker becomes a function when it loads one).
+    writer: Arc<Mutex<Writer>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl StderrTail {
-    /// Starts reading `stderr` of the process `pid` running `function`.
+    /// Starts reading `stderr` of the process `pid` written by `writer`; `tagged` knows the
+    /// call it starts in, if any.
     pub(crate) fn capture(
         mut stderr: impl tokio::io::AsyncRead + Send + Unpin + 'static,
-        function: Arc<str>,
+        writer: Writer,
         pid: u32,
+        mut tagged: Tagged,
     ) -> Self {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&buf);
-        let label = Arc::new(Mutex::new(function));
-        let named = Arc::clone(&label);
+        let writer = Arc::new(Mutex::new(writer));
+        let named = Arc::clone(&writer);
         let task = tokio::spawn(async move {
             let mut chunk = [0u8; 4096];
+            let keep = |plain: Vec<u8>| {
+                if let Ok(mut tail) = sink.lock() {
+                    tail.extend_from_slice(&plain);
+                    let excess = tail.len().saturating_sub(TAIL_BYTES);
+                    tail.drain(..excess);
+                }
+            };
+            let current = || named.lock().map(|w| w.clone()).ok();
             while let Ok(n) = stderr.read(&mut chunk).await {
                 if n == 0 {
                     break;
                 }
-                let text = String::from_utf8_lossy(&chunk[..n]);
-                let function = named.lock().map(|l| Arc::clone(&l)).unwrap_or_default();
-                tracing::debug!(function = %function, pid, output = %text.trim_end(), "function stderr");
-                if let Ok(mut tail) = sink.lock() {
-                    tail.extend_from_slice(&chunk[..n]);
-                    let excess = tail.len().saturating_sub(TAIL_BYTES);
-                    tail.drain(..excess);
-                }
+                let Some(writer) = current() else { break };
+                tracing::trace!(function = %writer.label, pid, bytes = n, "function stderr");
+                keep(tagged.feed(&chunk[..n], &writer));
+            }
+            if let Some(writer) = current() {
+                keep(tagged.finish(&writer));
             }
         });
         Self {
             buf,
-            label,
+            writer,
             task: Some(task),
         }
     }
 
-    /// Names the writer `function` in the lines logged from now on.
-    pub(crate) fn relabel(&self, function: Arc<str>) {
-        if let Ok(mut label) = self.label.lock() {
-            *label = function;
+    /// Names the writer anew from now on (a generic worker that loaded a function).
+    pub(crate) fn relabel(&self, writer: Writer) {
+        if let Ok(mut current) = self.writer.lock() {
+            *current = writer;
         }
     }
 

@@ -35,6 +35,8 @@ pub(crate) struct Launch {
     pub node_bootstrap: PathBuf,
     pub memory_limit_mb: u64,
     pub max_output_bytes: usize,
+    /// Where the functions' stdout and stderr lines go.
+    pub logs: Arc<super::logs::FunctionLogs>,
 }
 
 /// Why a new instance could not start.
@@ -176,10 +178,11 @@ impl Worker {
         launch: &Launch,
         headers: &[u8],
         body: &[u8],
+        request_id: Option<&str>,
     ) -> CallResult {
         match &mut self.process {
             Some(p) => p.call(headers, body, launch.max_output_bytes).await,
-            None => super::binary::run(spec, launch, body).await,
+            None => super::binary::run(spec, launch, body, request_id).await,
         }
     }
 }
@@ -256,7 +259,7 @@ impl ProcWorker {
         };
         let mut args = vec![script.as_os_str(), spec.dir.as_os_str()];
         args.extend_from_slice(extra);
-        let label = Arc::from(spec.name.as_str());
+        let label = super::logs::Writer::function(spec, &launch.logs);
         let mut worker = Self::spawn(
             program,
             &args,
@@ -277,7 +280,7 @@ impl ProcWorker {
         dir: &std::path::Path,
         env: &[(String, String)],
         memory_limit_mb: u64,
-        label: Arc<str>,
+        label: super::logs::Writer,
     ) -> Result<Self, StartError> {
         let mut cmd = proc::command(program.as_os_str(), args, dir, env, memory_limit_mb);
         let spawn_err = |source| StartError::Spawn {
@@ -292,7 +295,7 @@ impl ProcWorker {
         let stdout: Box<dyn AsyncRead + Send + Unpin> =
             Box::new(child.stdout.take().ok_or_else(missing)?);
         let stderr = child.stderr.take().ok_or_else(missing)?;
-        let stderr = StderrTail::capture(stderr, label, pid);
+        let stderr = StderrTail::capture(stderr, label, pid, super::logs::Tagged::default());
         Ok(Self {
             child: Some(child),
             pid,
@@ -328,7 +331,11 @@ impl ProcWorker {
 
     /// Makes a generic Node.js worker (`worker.js --generic`) an instance of `spec`: it sets
     /// the version's environment, changes to its folder and requires the function.
-    pub(super) async fn load_function(&mut self, spec: &FunctionSpec) -> Result<(), StartError> {
+    pub(super) async fn load_function(
+        &mut self,
+        spec: &FunctionSpec,
+        logs: &Arc<super::logs::FunctionLogs>,
+    ) -> Result<(), StartError> {
         let env: serde_json::Map<String, serde_json::Value> = spec
             .env
             .iter()
@@ -337,7 +344,7 @@ impl ProcWorker {
         let request = serde_json::json!({ "dir": spec.dir, "env": env });
         let request = serde_json::to_vec(&request).unwrap_or_default();
         if let Some(stderr) = &self.stderr {
-            stderr.relabel(Arc::from(spec.name.as_str()));
+            stderr.relabel(super::logs::Writer::function(spec, logs));
         }
         let len = u32::try_from(request.len()).unwrap_or(u32::MAX);
         let sent = async {

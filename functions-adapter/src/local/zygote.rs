@@ -62,6 +62,11 @@ pub(crate) struct Zygote {
 }
 
 impl Zygote {
+    /// Where the lines of the processes it forks go.
+    pub(crate) fn logs(&self) -> &Arc<super::logs::FunctionLogs> {
+        &self.launch.logs
+    }
+
     /// A zygote whose children connect back to `rendezvous`; not started yet.
     pub(crate) fn new(
         launch: Arc<Launch>,
@@ -145,7 +150,7 @@ impl Zygote {
             }
         };
         drop(running);
-        let label = Arc::from(spec.name.as_str());
+        let label = super::logs::Writer::function(spec, &self.launch.logs);
         expected.child(pid, self.exits(), label).await
     }
 
@@ -171,7 +176,7 @@ impl Zygote {
             &self.dir,
             &[],
             self.launch.memory_limit_mb,
-            Arc::from("python zygote"),
+            super::logs::Writer::internal("python zygote"),
         )?;
         let mut process = process;
         process.handshake().await?;

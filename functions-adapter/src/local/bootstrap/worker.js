@@ -16,13 +16,38 @@
 // of that function only, serving calls as above.
 //
 // The protocol keeps the original stdout writer; process.stdout.write (and so
-// console.log) is pointed at stderr so the function's prints never corrupt the framing.
+// console.log) is pointed at stderr so the function's prints never corrupt the framing. On
+// stderr, lines are tagged for the host's function logs (functions-adapter/src/local/logs.rs):
+// "\x1e<request id>" opens a call and "\x1e" closes it; each stdout line starts with "\x1f".
 "use strict";
 
 const path = require("path");
 
 const protoWrite = process.stdout.write.bind(process.stdout);
-process.stdout.write = process.stderr.write.bind(process.stderr);
+const errWrite = process.stderr.write.bind(process.stderr);
+let stdoutPartial = "";
+
+// Whole lines of the function's stdout, tagged, on stderr (writes to pipes are synchronous).
+process.stdout.write = (chunk, encoding, callback) => {
+  const text = Buffer.isBuffer(chunk) || chunk instanceof Uint8Array
+    ? Buffer.from(chunk).toString("utf8")
+    : String(chunk);
+  const lines = (stdoutPartial + text).split("\n");
+  stdoutPartial = lines.pop();
+  for (const line of lines) errWrite(`\x1f${line}\n`);
+  const cb = typeof encoding === "function" ? encoding : callback;
+  if (typeof cb === "function") process.nextTick(cb);
+  return true;
+};
+
+// Opens (or, with "", closes) a call on stderr, after what was printed so far.
+function callTag(requestId) {
+  if (stdoutPartial !== "") {
+    errWrite(`\x1f${stdoutPartial}\n`);
+    stdoutPartial = "";
+  }
+  errWrite(`\x1e${String(requestId).replace(/\n/g, " ")}\n`);
+}
 
 function send(kind, payload) {
   const head = Buffer.alloc(5);
@@ -75,6 +100,7 @@ if (!generic) {
 let current = null; // the call in flight: { done(kind, payload) }
 
 process.on("uncaughtException", (err) => {
+  callTag("");
   send(4, describe(err));
   process.exit(1);
 });
@@ -89,10 +115,12 @@ function run(headers, body) {
     if (finished) return;
     finished = true;
     current = null;
+    callTag("");
     send(kind, payload);
     pump();
   };
   current = { done };
+  callTag(headers["x-request-id"] || "");
   const req = {
     method: "POST",
     path: "/fn",

@@ -29,7 +29,9 @@ every instance starts from a freshly imported module: nothing one instance chang
 another. Children inherit the resource limits.
 
 The protocol uses private copies of fd 0/1; the function's own stdin is /dev/null and its
-stdout goes to stderr, so its prints can never corrupt the framing.
+stdout goes to stderr, so its prints can never corrupt the framing. On stderr, lines are tagged
+for the host's function logs (functions-adapter/src/local/logs.rs): `\x1e<request id>` opens a
+call and `\x1e` closes it, and each line printed to `sys.stdout` starts with `\x1f`.
 """
 
 import inspect
@@ -84,6 +86,59 @@ def _arity(func):
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
+CALL_TAG = "\x1e"
+STDOUT_TAG = "\x1f"
+
+
+class _TaggedStdout:
+    """`sys.stdout` of a function: whole lines, tagged as stdout, on stderr."""
+
+    def __init__(self, err):
+        self._err = err
+        self._partial = ""
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._err.write(STDOUT_TAG + line + "\n")
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if self._partial:
+            self._err.write(STDOUT_TAG + self._partial + "\n")
+            self._partial = ""
+        self._err.flush()
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._err.fileno()
+
+    def __getattr__(self, name):
+        # buffer, encoding, errors, closed, ...: stderr's (bytes written to buffer are stderr's).
+        return getattr(self._err, name)
+
+
+def _call_tag(request_id):
+    """Opens (or, with "", closes) a call on stderr, after what was printed so far."""
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001  (a function may have replaced sys.stdout)
+        pass
+    sys.stderr.write(CALL_TAG + request_id.replace("\n", " ") + "\n")
+    sys.stderr.flush()
+
+
 def _private_stdio():
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb")
@@ -91,7 +146,7 @@ def _private_stdio():
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    sys.stdout = _TaggedStdout(sys.stderr)
     return proto_in, proto_out
 
 
@@ -130,14 +185,18 @@ def _serve(func, takes_headers, proto_in, proto_out):
         except EOFError:
             return
         data = body.decode("utf-8", errors="surrogateescape") or None
+        _call_tag(str(headers.get("x-request-id", "")))
         try:
             result = func(data, headers) if takes_headers else func(data)
-            _send(proto_out, 0, _encode(result))
+            reply = (0, _encode(result))
         except MemoryError:
+            _call_tag("")
             _send(proto_out, 4, b"MemoryError: the function ran out of memory")
             os._exit(1)
         except Exception:  # noqa: BLE001  (a raising function is reported, the worker stays)
-            _send(proto_out, 1, traceback.format_exc().encode("utf-8", errors="replace"))
+            reply = (1, traceback.format_exc().encode("utf-8", errors="replace"))
+        _call_tag("")
+        _send(proto_out, *reply)
 
 
 def _forker(proto_in, proto_out, child):
