@@ -91,8 +91,8 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<()> {
         query.push(("function", f.clone()));
     }
     if let Some(text) = &args.since {
-        let at_us =
-            geofaas_gateway::logs::since(text, SystemTime::now()).map_err(|e| anyhow::anyhow!("--{e}"))?;
+        let at_us = geofaas_gateway::logs::since(text, SystemTime::now())
+            .map_err(|e| anyhow::anyhow!("--{e}"))?;
         // One instant for every node, whatever their clocks say "5m ago" is.
         query.push(("since", geofaas_gateway::logs::rfc3339(at_us)));
     }
