@@ -231,8 +231,10 @@ impl Outcome {
 pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let function = call.function.clone();
     let received = call.received;
-    let mut outcome = decide_and_run(state, call).await;
+    let mut predicted = None;
+    let mut outcome = decide_and_run(state, call, &mut predicted).await;
     outcome.mark();
+    crate::profiles::settle(state, &function, &mut outcome, predicted, received.elapsed());
     if let Some((ran, why)) = outcome.placement() {
         state.metrics.placement(ran.label(), why);
     }
@@ -248,7 +250,12 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     outcome
 }
 
-async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
+/// `predicted` is set to the latency the policy expected when it placed the call.
+async fn decide_and_run(
+    state: &Arc<NodeState>,
+    call: Call,
+    predicted: &mut Option<f64>,
+) -> Outcome {
     let here = state.directory.local(&call.function).await;
     if here.is_empty() {
         let reason = OffloadReason::NotHere;
@@ -294,7 +301,8 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
             );
             let took = started.elapsed();
             state.metrics.decision(took);
-            (placement.map(|p| (p, s.name())), Some(took))
+            *predicted = placement.map(|d| d.predicted_ms);
+            (placement.map(|d| (d.placement, s.name())), Some(took))
         }
         None => (None, None),
     };
@@ -509,7 +517,12 @@ async fn try_backends(
             .metrics
             .backend_call(backend.kind(), outcome, started.elapsed());
         match result {
-            Ok(out) => return Ok(out),
+            Ok(out) => {
+                state
+                    .profiles
+                    .backend_call(&call.function, backend.kind(), &out);
+                return Ok(out);
+            }
             Err(e) => {
                 tracing::warn!(function = %call.function, request_id = ?call.request_id, backend = backend.kind(), error = %e, fault = ?e.fault(), ran = e.may_have_run(), elapsed_ms = started.elapsed().as_millis() as u64, "backend call failed");
                 let stop = !may_move_on(state, &call.function, &e);

@@ -67,6 +67,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/metrics", get(metrics))
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
+        .merge(crate::profiles::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
