@@ -12,8 +12,9 @@
 //! * per other node, the round trip of the `/readyz` probes and load reports sent to it, and the
 //!   time a call forwarded there took beyond what that node's `Server-Timing` accounts for.
 //!
-//! A figure is the mean of its first [`WINDOW`] samples, then an exponentially weighted mean
-//! over about as many, so it follows a node whose speed changes. Other nodes' figures arrive in
+//! A figure is the median of its last [`WINDOW`] samples, so it follows a node whose speed
+//! changes and one slow call does not move it. A link's figures replace the model's after
+//! [`PRIOR_CALLS`] samples, as a function's do. Other nodes' figures arrive in
 //! their load reports ([`geofaas_fleet::NodeLoad::profiles`]); `GET /node/profiles` serves this
 //! node's as a file the simulator reads (`simulate --profiles`).
 //!
@@ -46,32 +47,53 @@ pub const WINDOW: u64 = 32;
 /// Where a node serves its profiles.
 pub const PROFILES_PATH: &str = "/node/profiles";
 
-/// A running mean that turns into an exponentially weighted one after [`WINDOW`] samples.
-#[derive(Clone, Copy, Debug, Default)]
-struct Mean {
+/// A figure: the median of its last [`WINDOW`] samples (robust to the odd slow call on a
+/// shared machine, and what "the median error" of predictions is measured against), with the
+/// count of every sample it saw.
+#[derive(Clone, Copy, Debug)]
+struct Figure {
     n: u64,
-    v: f64,
+    recent: [f64; WINDOW as usize],
+    median: f64,
 }
 
-impl Mean {
+impl Default for Figure {
+    fn default() -> Self {
+        Self {
+            n: 0,
+            recent: [0.0; WINDOW as usize],
+            median: 0.0,
+        }
+    }
+}
+
+impl Figure {
     fn add(&mut self, x: f64) {
         if !x.is_finite() {
             return;
         }
-        let x = x.max(0.0);
+        self.recent[(self.n % WINDOW) as usize] = x.max(0.0);
         self.n += 1;
-        self.v += (x - self.v) / self.n.min(WINDOW) as f64;
+        let len = self.n.min(WINDOW) as usize;
+        let mut sorted = self.recent;
+        let sorted = &mut sorted[..len];
+        sorted.sort_unstable_by(f64::total_cmp);
+        self.median = if len % 2 == 1 {
+            sorted[len / 2]
+        } else {
+            (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0
+        };
     }
 
     fn get(&self) -> Option<f64> {
-        (self.n > 0).then_some(self.v)
+        (self.n > 0).then_some(self.median)
     }
 }
 
 #[derive(Debug, Default)]
 struct FunctionStats {
-    warm: Mean,
-    cold: Mean,
+    warm: Figure,
+    cold: Figure,
     backends: BTreeMap<&'static str, BackendStats>,
 }
 
@@ -79,14 +101,14 @@ struct FunctionStats {
 struct BackendStats {
     calls: u64,
     cold_starts: u64,
-    exec: Mean,
-    cold: Mean,
+    exec: Figure,
+    cold: Figure,
 }
 
 #[derive(Debug, Default)]
 struct LinkStats {
-    probe: Mean,
-    forward: Mean,
+    probe: Figure,
+    forward: Figure,
 }
 
 /// What one node measured of one function, as the scheduler uses it.
@@ -173,8 +195,16 @@ impl ProfileBook {
     }
 
     /// The time a call placed on `node` takes beyond that node's own figures: measured on
-    /// forwarded calls, else the probes' round trip.
+    /// [`PRIOR_CALLS`] forwarded calls or more, else on as many probes; `None` before.
     pub fn link_ms(&self, node: &str) -> Option<f64> {
+        let map = read(&self.links);
+        let l = map.get(node)?;
+        let enough = |f: &Figure| (f.n >= PRIOR_CALLS).then_some(f.median);
+        enough(&l.forward).or_else(|| enough(&l.probe))
+    }
+
+    /// The same measured on any number of samples (what reports and profile files say).
+    fn measured_link_ms(&self, node: &str) -> Option<f64> {
         let map = read(&self.links);
         let l = map.get(node)?;
         l.forward.get().or(l.probe.get())
@@ -198,7 +228,7 @@ impl ProfileBook {
             .collect();
         let links = read(&self.links)
             .keys()
-            .filter_map(|id| Some((id.clone(), self.link_ms(id)?)))
+            .filter_map(|id| Some((id.clone(), self.measured_link_ms(id)?)))
             .collect();
         (functions, links)
     }
@@ -398,35 +428,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn figures_are_means_that_follow_a_change() {
+    fn figures_are_medians_of_the_recent_calls() {
         let book = ProfileBook::default();
         for _ in 0..10 {
             book.local_call("f", 10.0, None);
         }
-        book.local_call("f", 20.0, Some(5.0));
+        book.local_call("f", 200.0, Some(5.0));
         let f = book.facts("f").unwrap();
         assert_eq!(f.calls, 11);
-        assert!((f.warm_ms - 120.0 / 11.0).abs() < 1e-9);
+        assert_eq!(f.warm_ms, 10.0, "one slow call does not move it");
         assert_eq!(f.cold_ms, Some(5.0));
-        // After the window, a new speed takes over.
-        for _ in 0..400 {
+        // After a window of calls at a new speed, the new speed is the figure.
+        for _ in 0..WINDOW {
             book.local_call("f", 40.0, None);
         }
-        assert!((book.facts("f").unwrap().warm_ms - 40.0).abs() < 1e-6);
+        assert_eq!(book.facts("f").unwrap().warm_ms, 40.0);
         assert_eq!(book.facts("g"), None);
         assert_eq!(book.typical_cold_ms(), Some(5.0));
+        let mut even = Figure::default();
+        for x in [1.0, 2.0, 3.0, 10.0] {
+            even.add(x);
+        }
+        assert_eq!(even.get(), Some(2.5));
     }
 
     #[test]
-    fn forwarded_calls_outweigh_probes_for_a_link() {
+    fn a_link_is_measured_after_enough_samples_and_forwards_outweigh_probes() {
         let book = ProfileBook::default();
         assert_eq!(book.link_ms("cloud"), None);
-        book.probed("cloud", Duration::from_millis(25));
+        for _ in 0..PRIOR_CALLS {
+            assert_eq!(book.link_ms("cloud"), None);
+            book.probed("cloud", Duration::from_millis(25));
+        }
         assert_eq!(book.link_ms("cloud"), Some(25.0));
         book.forwarded("cloud", 27.0);
+        // Reports say what was measured; the scheduler waits for enough forwards.
+        assert_eq!(book.report().1["cloud"], 27.0);
+        assert_eq!(book.link_ms("cloud"), Some(25.0));
+        for _ in 1..PRIOR_CALLS {
+            book.forwarded("cloud", 27.0);
+        }
         assert_eq!(book.link_ms("cloud"), Some(27.0));
-        let (_, links) = book.report();
-        assert_eq!(links["cloud"], 27.0);
     }
 
     #[test]
