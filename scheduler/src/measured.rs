@@ -7,14 +7,18 @@
 //! A function's measured warm time becomes its CPU time at the reference clock (scaled by the
 //! measuring node's clock), its cold start the init time with no image to pull; its memory is
 //! the instance size the node used for it. A link's round trip becomes the access delay of the
-//! node at its far end (half the round trip one way, less the propagation the model adds).
+//! node at its far end, less the propagation the model adds: the simulator charges a request's
+//! way to its node once, while live the answer comes back over the same link, so the whole
+//! round trip is what a placement there costs. Functions the file names and the topology does
+//! not are added with the default profile, calibrated.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{FunctionProfile, REF_GHZ};
+use crate::model::{FunctionProfile, LinkModel, REF_GHZ};
+use crate::topology::Topology;
 use crate::{Result, SchedulerError};
 
 /// One node's measured profiles.
@@ -128,6 +132,41 @@ impl MeasuredProfiles {
     }
 }
 
+impl MeasuredProfiles {
+    /// Calibrates `topo` to these figures: the measuring node's functions (see
+    /// [`MeasuredProfiles::calibrate`]) and the access delays of the nodes it measured links to.
+    pub fn calibrate_topology(&self, topo: &mut Topology, link: &LinkModel) -> Result<()> {
+        let at = topo.ids.iter().position(|id| *id == self.node).ok_or_else(|| {
+            SchedulerError::Invalid(format!(
+                "measured profiles: node = {:?} is not a node of topology {} ({})",
+                self.node,
+                topo.name,
+                topo.ids.join(", ")
+            ))
+        })?;
+        let here = topo.nodes[at];
+        let mut functions = topo.functions.take().unwrap_or_default();
+        for (name, p) in &mut functions {
+            *p = self.calibrate(name, p, here.ghz);
+        }
+        for name in self.functions.keys() {
+            if !functions.iter().any(|(n, _)| n == name) {
+                let base = FunctionProfile::from(&geofaas_config::FunctionConfig::named(name));
+                functions.push((name.clone(), self.calibrate(name, &base, here.ghz)));
+            }
+        }
+        topo.functions = (!functions.is_empty()).then_some(functions);
+        for (id, rtt) in &self.links {
+            let Some(j) = topo.ids.iter().position(|n| n == id).filter(|j| *j != at) else {
+                continue;
+            };
+            let dist = here.location.distance_km(&topo.nodes[j].location);
+            topo.nodes[j].access_ms = (rtt - dist / link.km_per_ms).max(0.0);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +219,70 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("x.json") && e.contains("expected a string"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod topology_tests {
+    use super::*;
+
+    #[test]
+    fn the_simulator_reads_a_measured_profile_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tu-berlin.json");
+        std::fs::write(
+            &path,
+            r#"{"node": "tu-berlin", "at_ms": 1,
+                "functions": {
+                  "sieve": {"calls": 40, "warm_ms": 3.0, "cold_ms": 12.0, "memory_mb": 32},
+                  "fresh": {"calls": 9, "warm_ms": 50.0, "memory_mb": 128}
+                },
+                "links": {"potsdam": 6.0, "cloud": 30.0}}"#,
+        )
+        .unwrap();
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/berlin.toml");
+        let mut topo = Topology::load_config(&file).unwrap();
+        let link = LinkModel::default();
+        MeasuredProfiles::load(&path)
+            .unwrap()
+            .calibrate_topology(&mut topo, &link)
+            .unwrap();
+        let f = topo.functions.as_ref().unwrap();
+        let sieve = &f.iter().find(|(n, _)| n == "sieve").unwrap().1;
+        assert_eq!(sieve.cpu_ms, 3.0);
+        assert_eq!(crate::model::cold_start_ms(sieve, 1000.0), 12.0);
+        // Not in the topology: added, calibrated.
+        let fresh = &f.iter().find(|(n, _)| n == "fresh").unwrap().1;
+        assert_eq!(fresh.cpu_ms, 50.0);
+        // The cloud is 30 ms there and back: its propagation plus the access delay.
+        let cloud = topo.ids.iter().position(|n| n == "cloud").unwrap();
+        let tu = topo.ids.iter().position(|n| n == "tu-berlin").unwrap();
+        let dist = topo.nodes[tu].location.distance_km(&topo.nodes[cloud].location);
+        let comm = crate::model::comm_ms(&link, 0.0, dist, topo.nodes[cloud].access_ms);
+        assert!((comm - 30.0).abs() < 1e-9, "{comm}");
+        // The simulator runs on it: every request of the calibrated functions is placed.
+        let wl = crate::workload::Workload::for_topology(
+            &topo,
+            (0, 0),
+            &crate::workload::WorkloadConfig {
+                requests: 200,
+                rate_per_s: 20.0,
+                ..Default::default()
+            },
+        );
+        assert!(wl.functions.iter().any(|p| p.cpu_ms == 50.0));
+        let cfg = crate::sim::SimConfig {
+            warmup: 0,
+            ..Default::default()
+        };
+        let greedy = crate::baselines::GreedyPolicy::new(link);
+        let out = crate::sim::Simulator::run(&topo, &wl, cfg, &greedy);
+        assert_eq!(out.len(), 200);
+        // A file from a node the topology lacks is refused, naming it.
+        let mut other = Topology::load_config(&file).unwrap();
+        let mut p = MeasuredProfiles::load(&path).unwrap();
+        p.node = "lisbon".into();
+        let e = p.calibrate_topology(&mut other, &link).unwrap_err().to_string();
+        assert!(e.contains("\"lisbon\""), "{e}");
     }
 }
