@@ -234,7 +234,13 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let mut predicted = None;
     let mut outcome = decide_and_run(state, call, &mut predicted).await;
     outcome.mark();
-    crate::profiles::settle(state, &function, &mut outcome, predicted, received.elapsed());
+    crate::profiles::settle(
+        state,
+        &function,
+        &mut outcome,
+        predicted,
+        received.elapsed(),
+    );
     if let Some((ran, why)) = outcome.placement() {
         state.metrics.placement(ran.label(), why);
     }

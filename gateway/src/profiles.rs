@@ -236,9 +236,10 @@ impl ProfileBook {
     /// The measured-profile file of node `node` (memory: the configured instance size).
     pub fn snapshot(&self, node: &str, topology: &Topology) -> MeasuredProfiles {
         let memory = |name: &str| {
-            topology
-                .function(name)
-                .map_or_else(|| geofaas_config::FunctionConfig::named(name).memory_mb, |f| f.memory_mb)
+            topology.function(name).map_or_else(
+                || geofaas_config::FunctionConfig::named(name).memory_mb,
+                |f| f.memory_mb,
+            )
         };
         let functions = read(&self.functions)
             .iter()
@@ -365,7 +366,10 @@ pub fn settle(
                 .local_call(function, took - t.queue - t.cold, cold);
         }
         Outcome::Offloaded { answer, .. } if answer.status().is_success() => {
-            let by = answer.headers().get(SERVED_BY).and_then(|v| v.to_str().ok());
+            let by = answer
+                .headers()
+                .get(SERVED_BY)
+                .and_then(|v| v.to_str().ok());
             if let Some(by) = by.filter(|by| *by != state.id) {
                 let remote = Timing::of(answer.headers()).total();
                 state.profiles.forwarded(by, took - remote);

@@ -27,7 +27,7 @@ use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
 use geofaas_scheduler::model::{
-    comm_ms, cold_start_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
+    cold_start_ms, comm_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
 };
 use geofaas_scheduler::ppo::PpoPolicy;
 use geofaas_scheduler::{Candidate, Measured, Observation, Policy, RequestInfo};
@@ -228,9 +228,14 @@ impl EdgeScheduler {
                 }
                 let cloud = fresh(&self.cloud_id);
                 let m = match cloud {
-                    Some(r) => {
-                        self.remote(&self.cloud_id, self.cloud, (prior, mine), r, function, &profile)
-                    }
+                    Some(r) => self.remote(
+                        &self.cloud_id,
+                        self.cloud,
+                        (prior, mine),
+                        r,
+                        function,
+                        &profile,
+                    ),
                     None => {
                         let link = self.link_to(&self.cloud_id, self.cloud, &profile);
                         self.facts(self.cloud, prior, mine, None, link)

@@ -136,14 +136,18 @@ impl MeasuredProfiles {
     /// Calibrates `topo` to these figures: the measuring node's functions (see
     /// [`MeasuredProfiles::calibrate`]) and the access delays of the nodes it measured links to.
     pub fn calibrate_topology(&self, topo: &mut Topology, link: &LinkModel) -> Result<()> {
-        let at = topo.ids.iter().position(|id| *id == self.node).ok_or_else(|| {
-            SchedulerError::Invalid(format!(
-                "measured profiles: node = {:?} is not a node of topology {} ({})",
-                self.node,
-                topo.name,
-                topo.ids.join(", ")
-            ))
-        })?;
+        let at = topo
+            .ids
+            .iter()
+            .position(|id| *id == self.node)
+            .ok_or_else(|| {
+                SchedulerError::Invalid(format!(
+                    "measured profiles: node = {:?} is not a node of topology {} ({})",
+                    self.node,
+                    topo.name,
+                    topo.ids.join(", ")
+                ))
+            })?;
         let here = topo.nodes[at];
         let mut functions = topo.functions.take().unwrap_or_default();
         for (name, p) in &mut functions {
@@ -218,7 +222,10 @@ mod tests {
         let e = MeasuredProfiles::parse("{\"node\": 1}", "x.json")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("x.json") && e.contains("expected a string"), "{e}");
+        assert!(
+            e.contains("x.json") && e.contains("expected a string"),
+            "{e}"
+        );
     }
 }
 
@@ -257,7 +264,9 @@ mod topology_tests {
         // The cloud is 30 ms there and back: its propagation plus the access delay.
         let cloud = topo.ids.iter().position(|n| n == "cloud").unwrap();
         let tu = topo.ids.iter().position(|n| n == "tu-berlin").unwrap();
-        let dist = topo.nodes[tu].location.distance_km(&topo.nodes[cloud].location);
+        let dist = topo.nodes[tu]
+            .location
+            .distance_km(&topo.nodes[cloud].location);
         let comm = crate::model::comm_ms(&link, 0.0, dist, topo.nodes[cloud].access_ms);
         assert!((comm - 30.0).abs() < 1e-9, "{comm}");
         // The simulator runs on it: every request of the calibrated functions is placed.
@@ -282,7 +291,10 @@ mod topology_tests {
         let mut other = Topology::load_config(&file).unwrap();
         let mut p = MeasuredProfiles::load(&path).unwrap();
         p.node = "lisbon".into();
-        let e = p.calibrate_topology(&mut other, &link).unwrap_err().to_string();
+        let e = p
+            .calibrate_topology(&mut other, &link)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"lisbon\""), "{e}");
     }
 }

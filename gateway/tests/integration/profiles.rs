@@ -209,7 +209,10 @@ async fn the_configured_profile_is_the_prior_until_enough_calls_were_measured() 
         } else {
             let measured = f.node("cbd").current().profiles.facts("known").unwrap();
             assert!(measured.calls >= PRIOR_CALLS);
-            assert!(predicted >= 10.0 && predicted < 500.0, "call {call}: {predicted}");
+            assert!(
+                predicted >= 10.0 && predicted < 500.0,
+                "call {call}: {predicted}"
+            );
         }
     }
     f.stop().await;
@@ -229,7 +232,11 @@ fn curl(ca: &Path, http: &str, url: &str, located: bool) -> String {
         cmd.args(["-H", &format!("X-Client-Location: {IN_CBD}")]);
     }
     let out = cmd.arg(url).output().expect("curl runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
     text.split("\r\n\r\n").next().unwrap_or_default().to_owned()
 }
@@ -264,11 +271,19 @@ async fn predicted_is_on_exactly_the_answers_a_policy_placed() {
             ("cloud", "plain", "local-", "no_policy", false),
         ];
         for (node, function, placement, reason, predicted) in cases {
-            let h = curl(ca, http, &format!("{}/fn/{function}", f.url(node)), node != "cloud");
+            let h = curl(
+                ca,
+                http,
+                &format!("{}/fn/{function}", f.url(node)),
+                node != "cloud",
+            );
             let what = format!("{http} {function} at {node}:\n{h}");
             assert!(h.starts_with("http/"), "{what}");
             assert!(h.contains(&format!("x-placement: {placement}")), "{what}");
-            assert!(h.contains(&format!("x-placement-reason: {reason}\r\n")), "{what}");
+            assert!(
+                h.contains(&format!("x-placement-reason: {reason}\r\n")),
+                "{what}"
+            );
             assert_eq!(h.contains("predicted;dur="), predicted, "{what}");
         }
     }
@@ -313,13 +328,19 @@ async fn load_reports_carry_a_nodes_profiles_to_the_other_nodes() {
         if let Some((Some(p), links)) = seen.filter(|(p, _)| p.is_some_and(|p| p.calls == 6)) {
             break (p, links);
         }
-        assert!(std::time::Instant::now() < give_up, "no report with 6 calls");
+        assert!(
+            std::time::Instant::now() < give_up,
+            "no report with 6 calls"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(theirs.warm_ms, own.warm_ms);
     assert_eq!(theirs.cold_ms, Some(40.0));
     // cbd timed the reports it sent to docklands.
-    assert!(links.get("docklands").is_some_and(|ms| *ms > 0.0), "{links:?}");
+    assert!(
+        links.get("docklands").is_some_and(|ms| *ms > 0.0),
+        "{links:?}"
+    );
     f.stop().await;
 }
 
@@ -340,7 +361,10 @@ fn sleeper(dir: &Path, name: &str, ms: u64) {
 /// Three real functions (2, 40 and 250 ms) without profiles at `cbd`, placed by `policy`:
 /// for each function, the answers of its calls after the first few, as (ran, actual,
 /// predicted), actual being what the node's `Server-Timing` accounts for.
-async fn three_sleepers(policy: &str, calls: usize) -> Vec<(&'static str, Vec<(String, f64, f64)>)> {
+async fn three_sleepers(
+    policy: &str,
+    calls: usize,
+) -> Vec<(&'static str, Vec<(String, f64, f64)>)> {
     let dir = tempfile::tempdir().unwrap();
     for (name, ms) in [("tiny", 2), ("mid", 40), ("long", 250)] {
         sleeper(dir.path(), name, ms);
@@ -385,7 +409,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_functions_without_profiles_are_predicted_within_a_fifth_after_a_few_calls() {
     for (name, seen) in three_sleepers("greedy", 30).await {
-        assert!(seen.iter().all(|(_, _, p)| p.is_finite()), "{name}: every call placed: {seen:?}");
+        assert!(
+            seen.iter().all(|(_, _, p)| p.is_finite()),
+            "{name}: every call placed: {seen:?}"
+        );
         let ratio = median(seen.iter().map(|(_, a, p)| a / p).collect());
         assert!(
             (0.8..=1.2).contains(&ratio),
