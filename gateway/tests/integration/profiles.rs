@@ -210,7 +210,7 @@ async fn the_configured_profile_is_the_prior_until_enough_calls_were_measured() 
             let measured = f.node("cbd").current().profiles.facts("known").unwrap();
             assert!(measured.calls >= PRIOR_CALLS);
             assert!(
-                predicted >= 10.0 && predicted < 500.0,
+                (10.0..500.0).contains(&predicted),
                 "call {call}: {predicted}"
             );
         }
