@@ -358,7 +358,7 @@ fn sleeper(dir: &Path, name: &str, ms: u64) {
     .unwrap();
 }
 
-/// Three real functions (2, 40 and 250 ms) without profiles at `cbd`, placed by `policy`:
+/// Three real functions (10, 60 and 250 ms) without profiles at `cbd`, placed by `policy`:
 /// for each function, the answers of its calls after the first few, as (ran, actual,
 /// predicted), actual being what the node's `Server-Timing` accounts for.
 async fn three_sleepers(
@@ -366,7 +366,7 @@ async fn three_sleepers(
     calls: usize,
 ) -> Vec<(&'static str, Vec<(String, f64, f64)>)> {
     let dir = tempfile::tempdir().unwrap();
-    for (name, ms) in [("tiny", 2), ("mid", 40), ("long", 250)] {
+    for (name, ms) in [("tiny", 10), ("mid", 60), ("long", 250)] {
         sleeper(dir.path(), name, ms);
     }
     let backend = format!(
