@@ -48,7 +48,7 @@ pub use error::FleetError;
 pub use etcd::Etcd;
 pub use functions::{DesiredFunction, DesiredFunctions, DesiredRollout};
 pub use member::{LoadSource, Member, Status};
-pub use record::{now_ms, Capacity, FunctionLoad, LoadReport, NodeLoad, NodeRecord};
+pub use record::{now_ms, Capacity, FunctionFacts, FunctionLoad, LoadReport, NodeLoad, NodeRecord};
 pub use view::{merge, FleetView, Refusal, Registered};
 
 /// A node's (or the DNS's) link to the registry.

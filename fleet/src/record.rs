@@ -118,6 +118,24 @@ pub struct NodeLoad {
     pub running: usize,
     /// Warm instances per function, for backends that keep them.
     pub functions: BTreeMap<String, FunctionLoad>,
+    /// What the node measured of each function's calls there (its live profiles).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<String, FunctionFacts>,
+    /// Round trip to each other node, in milliseconds, as the node measured it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub links: BTreeMap<String, f64>,
+}
+
+/// What a node measured of one function's calls (gateway `profiles`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionFacts {
+    /// Calls measured.
+    pub calls: u64,
+    /// Time of a warm call there, from its arrival to its answer, in milliseconds.
+    pub warm_ms: f64,
+    /// Extra time of a call that started a new instance, in milliseconds (none seen: `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_ms: Option<f64>,
 }
 
 /// A load report, at `<prefix>load/<id>` under the node's lease, about once a second.

@@ -194,8 +194,16 @@ impl Outcome {
 pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let function = call.function.clone();
     let received = call.received;
-    let mut outcome = decide_and_run(state, call).await;
+    let mut predicted = None;
+    let mut outcome = decide_and_run(state, call, &mut predicted).await;
     outcome.mark();
+    crate::profiles::settle(
+        state,
+        &function,
+        &mut outcome,
+        predicted,
+        received.elapsed(),
+    );
     if let Some((ran, why)) = outcome.placement() {
         state.metrics.placement(ran.label(), why);
     }
@@ -211,8 +219,13 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     outcome
 }
 
-/// Gathers the call's facts, asks [`placement::place`] for the plan and carries it out.
-async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
+/// Gathers the call's facts, asks [`placement::place`] for the plan and carries it out;
+/// `predicted` is set to the latency the policy expected when it placed the call.
+async fn decide_and_run(
+    state: &Arc<NodeState>,
+    call: Call,
+    predicted: &mut Option<f64>,
+) -> Outcome {
     let here = state.directory.local(&call.function).await;
     let mut facts = Facts {
         served_here: !here.is_empty(),
@@ -255,7 +268,10 @@ async fn decide_and_run(state: &Arc<NodeState>, call: Call) -> Outcome {
             let took = started.elapsed();
             state.metrics.decision(took);
             sched = Some(took);
-            facts.policy = decision.map_or(Policy::NoDecision, |p| Policy::Chose(p, s.name()));
+            *predicted = decision.as_ref().map(|d| d.predicted_ms);
+            facts.policy = decision.map_or(Policy::NoDecision, |d| {
+                Policy::Chose(d.placement, s.name())
+            });
         }
     }
     // Waiting for admission only; the decision is reported as `sched`.
@@ -473,6 +489,9 @@ async fn serve_here(
             .backend_call(backend.kind(), outcome, started.elapsed());
         let e = match result {
             Ok(out) => {
+                state
+                    .profiles
+                    .backend_call(&call.function, backend.kind(), &out);
                 if out.cold_start {
                     state.metrics.cold_start(&call.function, out.cold);
                 }

@@ -36,6 +36,7 @@ pub mod node;
 pub mod offload;
 pub mod peers;
 pub mod placement;
+pub mod profiles;
 pub mod routes;
 pub mod routing;
 pub mod schedule;

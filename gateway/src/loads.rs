@@ -188,9 +188,11 @@ fn send_reports(state: &NodeState, interval: Duration) {
             .header("content-type", "application/json")
             .body(body.clone());
         let to = node.id.clone();
+        let rtt = state.profiles.clone();
         tokio::spawn(async move {
+            let sent = std::time::Instant::now();
             match req.send().await {
-                Ok(r) if r.status().is_success() => {}
+                Ok(r) if r.status().is_success() => rtt.probed(&to, sent.elapsed()),
                 Ok(r) => tracing::debug!(to, status = %r.status(), "load report refused"),
                 Err(e) => tracing::debug!(to, error = %e, "load report not delivered"),
             }

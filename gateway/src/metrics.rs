@@ -31,6 +31,15 @@ pub const DECISION_SECONDS: &str = "geofaas_scheduler_decision_seconds";
 /// Call events a `/events` subscriber lost because its queue was full (it read too slowly).
 pub const EVENTS_DROPPED: &str = "geofaas_events_dropped_total";
 
+/// Actual over predicted latency of calls a policy placed (`Server-Timing: predicted`), by
+/// where they ran (`placement`).
+pub const PREDICTION_ERROR: &str = "geofaas_prediction_error_ratio";
+
+/// Buckets of [`PREDICTION_ERROR`]: a quarter to ten times the prediction.
+const PREDICTION_BUCKETS: [f64; 13] = [
+    0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 10.0,
+];
+
 /// Buckets of [`DECISION_SECONDS`]: 1 µs to 10 ms.
 const DECISION_BUCKETS: [f64; 10] = [
     0.000_001, 0.000_002, 0.000_005, 0.000_01, 0.000_02, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01,
@@ -77,6 +86,8 @@ impl NodeMetrics {
             .expect("the bucket list is not empty")
             .set_buckets_for_metric(Matcher::Full(DECISION_SECONDS.into()), &DECISION_BUCKETS)
             .expect("the bucket list is not empty")
+            .set_buckets_for_metric(Matcher::Full(PREDICTION_ERROR.into()), &PREDICTION_BUCKETS)
+            .expect("the bucket list is not empty")
             .build_recorder();
         for (name, help) in [
             (
@@ -95,6 +106,11 @@ impl NodeMetrics {
         ] {
             recorder.describe_histogram(name.into(), Some(Unit::Seconds), help.into());
         }
+        recorder.describe_histogram(
+            PREDICTION_ERROR.into(),
+            None,
+            "Actual over predicted latency of calls the scheduler placed".into(),
+        );
         recorder.describe_counter(
             HANDOVERS.into(),
             None,
@@ -240,6 +256,12 @@ impl NodeMetrics {
     /// One scheduler decision.
     pub fn decision(&self, d: Duration) {
         self.decisions.record(d.as_secs_f64());
+    }
+
+    /// A placed call took `ratio` times its predicted latency.
+    pub fn prediction(&self, placement: &'static str, ratio: f64) {
+        self.histogram(PREDICTION_ERROR, &[("placement", placement)])
+            .record(ratio);
     }
 }
 

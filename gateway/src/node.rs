@@ -84,6 +84,8 @@ pub struct NodeState {
     pub activations: Arc<crate::activations::Activations>,
     /// The other nodes' latest load reports (kept across reloads).
     pub loads: Arc<crate::loads::LoadBoard>,
+    /// What this node measured of its calls and links (kept across reloads).
+    pub profiles: Arc<crate::profiles::ProfileBook>,
     /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
     pub deploys: Option<Arc<crate::deploy::Deployer>>,
     /// The call stream's subscribers and recent latencies (kept across reloads).
@@ -147,8 +149,11 @@ impl NodeState {
             _ => None,
         };
         let loads = before.map(|b| b.loads.clone()).unwrap_or_default();
+        let profiles = before.map(|b| b.profiles.clone()).unwrap_or_default();
         let scheduler = match link {
-            Some(_) => EdgeScheduler::from_topology(&topology, id, loads.clone())?,
+            Some(_) => {
+                EdgeScheduler::from_topology(&topology, id, loads.clone(), profiles.clone())?
+            }
             None => None,
         };
         let peer_client = match (before, &key) {
@@ -174,6 +179,7 @@ impl NodeState {
                 id,
                 client.build()?,
                 interval,
+                profiles.clone(),
             ))
         } else {
             None
@@ -237,6 +243,7 @@ impl NodeState {
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
             events: before.map(|b| b.events.clone()).unwrap_or_default(),
             loads,
+            profiles,
             deploys,
             peer_client,
             opts,
@@ -273,10 +280,13 @@ impl NodeState {
                 }
             }
         }
+        let (profiles, links) = self.profiles.report();
         geofaas_fleet::NodeLoad {
             queued: self.queued.load(Ordering::Relaxed),
             running: max.saturating_sub(self.admission.available_permits()),
             functions,
+            profiles,
+            links,
         }
     }
 

@@ -12,6 +12,8 @@ use geofaas_config::{NodeEntry, ServiceMap};
 use geofaas_dns::HealthTable;
 use tokio::task::JoinSet;
 
+use crate::profiles::ProfileBook;
+
 /// Failed probes in a row after which a peer counts as dead.
 pub const FAILURES_TO_DOWN: u32 = 2;
 
@@ -23,12 +25,14 @@ pub struct PeerHealth {
 }
 
 impl PeerHealth {
-    /// Probes every node of `map` but `me` with `client` (which trusts the platform CA).
+    /// Probes every node of `map` but `me` with `client` (which trusts the platform CA); each
+    /// answered probe's round trip goes into `rtt` ([`ProfileBook::probed`]).
     pub fn start(
         map: &ServiceMap,
         me: &str,
         client: reqwest::Client,
         interval: Duration,
+        rtt: Arc<ProfileBook>,
     ) -> Arc<Self> {
         let peers: Vec<&NodeEntry> = map.nodes().iter().filter(|n| n.id != me).collect();
         let table = HealthTable::new(peers.iter().map(|n| n.id.clone()));
@@ -38,18 +42,23 @@ impl PeerHealth {
                 continue;
             };
             let (client, table, id) = (client.clone(), table.clone(), node.id.clone());
+            let rtt = rtt.clone();
             probes.spawn(async move {
                 let mut failures = 0u32;
                 let mut ticks = tokio::time::interval(interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     ticks.tick().await;
+                    let sent = std::time::Instant::now();
                     let probe = client
                         .get(readyz.clone())
                         .timeout(interval.mul_f64(0.75))
                         .send()
                         .await;
                     let answered = matches!(&probe, Ok(r) if r.status().is_success());
+                    if answered {
+                        rtt.probed(&id, sent.elapsed());
+                    }
                     failures = if answered { 0 } else { failures + 1 };
                     let ok = answered || failures < FAILURES_TO_DOWN;
                     if table.set_index(i, ok) != ok {

@@ -70,6 +70,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .merge(crate::deploy::admin::routes())
         .merge(crate::ui::routes())
         .merge(crate::logs::routes())
+        .merge(crate::profiles::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))

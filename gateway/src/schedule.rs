@@ -10,6 +10,15 @@
 //! `bandwidth` ([`geofaas_scheduler::topology::Topology::from_config`]); link delays follow
 //! from the locations (great-circle propagation from the client, plus the cloud's access
 //! delay). One decision allocates one `Vec` of candidates and nothing else.
+//!
+//! Every candidate carries measured latency terms ([`Measured`], from [`crate::profiles`]):
+//! this edge's own figures for the function, another node's from its load report, each
+//! replaced by the function's configured profile (the model's terms at that node) until
+//! [`PRIOR_CALLS`] calls were measured; a function without a configured profile is placed
+//! from its first measured call on. The time to reach another node is what forwarded calls
+//! to it took beyond its own account, else its probes' round trip, else the model's.
+//! A decision's [`Decision::predicted_ms`] is the model's latency of the chosen action, from
+//! the call's arrival here to its answer.
 
 use std::sync::Arc;
 
@@ -18,13 +27,24 @@ use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
 use geofaas_scheduler::model::{
-    cold_start_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
+    cold_start_ms, comm_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
 };
 use geofaas_scheduler::ppo::PpoPolicy;
-use geofaas_scheduler::{Candidate, Observation, Policy, RequestInfo};
+use geofaas_scheduler::{Candidate, Measured, Observation, Policy, RequestInfo};
 use url::Url;
 
 use crate::loads::LoadBoard;
+use crate::profiles::{Facts, ProfileBook, PRIOR_CALLS};
+
+/// A placement and the latency it was chosen for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// Where the call runs.
+    pub placement: Placement,
+    /// The latency the policy's model predicts for it, in ms, from the call's arrival here to
+    /// its answer.
+    pub predicted_ms: f64,
+}
 
 /// Where the policy wants a call to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +96,11 @@ pub struct EdgeScheduler {
     profiles: Vec<(String, FunctionProfile)>,
     /// The most cores any of them needs.
     max_cores: f64,
+    /// This node's measured profiles.
+    book: Arc<ProfileBook>,
+    link: LinkModel,
+    /// The profile of a function the topology does not describe (its defaults).
+    default_profile: FunctionProfile,
 }
 
 impl std::fmt::Debug for EdgeScheduler {
@@ -90,11 +115,12 @@ impl std::fmt::Debug for EdgeScheduler {
 impl EdgeScheduler {
     /// The scheduler the topology asks for at edge `id`, reading other nodes' load from
     /// `loads`; `None` for policy `none`. PPO weights that cannot be loaded make it greedy, with
-    /// one warning naming the file and the error.
+    /// one warning naming the file and the error. Measured figures come from `book`.
     pub fn from_topology(
         topology: &Topology,
         id: &str,
         loads: Arc<LoadBoard>,
+        book: Arc<ProfileBook>,
     ) -> anyhow::Result<Option<Self>> {
         let link = LinkModel::default();
         let (policy, reason): (Arc<dyn Policy>, &'static str) = match topology.scheduler.policy {
@@ -139,8 +165,11 @@ impl EdgeScheduler {
             cloud,
             loads,
             stale_ms: crate::loads::stale_ms(topology),
-            max_cores: profiles.iter().map(|(_, p)| p.cores).fold(0.0, f64::max),
+            max_cores: profiles.iter().map(|(_, p)| p.cores).fold(1.0, f64::max),
             profiles,
+            book,
+            link,
+            default_profile: FunctionProfile::from(&geofaas_config::FunctionConfig::named("")),
         }))
     }
 
@@ -155,8 +184,8 @@ impl EdgeScheduler {
     }
 
     /// Decides a call of `function` from a client at `source` (this node's location when the
-    /// client's is unknown); `None` when the topology has no profile for the function or the
-    /// policy finds no feasible placement.
+    /// client's is unknown); `None` when the function has neither a configured profile nor a
+    /// measured call here, or the policy finds no feasible placement.
     pub fn decide(
         &self,
         topology: &Topology,
@@ -164,32 +193,59 @@ impl EdgeScheduler {
         function: &str,
         source: Option<LatLon>,
         local: LocalState,
-    ) -> Option<Placement> {
-        let (function_id, f) = topology
+    ) -> Option<Decision> {
+        let configured = topology
             .functions
             .iter()
             .enumerate()
-            .find(|(_, f)| f.name == function)?;
-        let profile = FunctionProfile::from(f);
+            .find(|(_, f)| f.name == function);
+        let mine = self.book.facts(function);
+        let (function_id, profile, prior) = match configured {
+            Some((i, f)) => {
+                let p = FunctionProfile::from(f);
+                (i, p.clone(), Some(p))
+            }
+            None => {
+                mine?;
+                (topology.functions.len(), self.default_profile.clone(), None)
+            }
+        };
+        let prior = prior.as_ref();
         let stats = backends.iter().find_map(|b| b.stats(function));
         let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);
-        candidates.push(self.local(&profile, function, backends, stats, local));
+        let here = self.facts(self.here, prior, mine, mine, 0.0);
+        candidates.push(self.local(&profile, here, function, backends, stats, local));
         if local.may_forward {
             let now = now_ms();
             self.loads.read(|reports| {
                 let fresh = |id: &str| reports.fresh(id, now, self.stale_ms);
                 for n in &self.neighbors {
-                    let report =
-                        fresh(&n.id).and_then(|r| self.reported(n.spec, &profile, function, r));
+                    let report = fresh(&n.id).and_then(|r| {
+                        let m = self.remote(&n.id, n.spec, (prior, mine), r, function, &profile);
+                        self.reported(n.spec, &profile, m, function, r)
+                    });
                     candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
                 }
-                candidates.push(fresh(&self.cloud_id).map_or_else(
-                    || empty(self.cloud),
-                    |r| {
-                        self.reported(self.cloud, &profile, function, r)
-                            .unwrap_or_else(|| empty(self.cloud))
-                    },
-                ));
+                let cloud = fresh(&self.cloud_id);
+                let m = match cloud {
+                    Some(r) => self.remote(
+                        &self.cloud_id,
+                        self.cloud,
+                        (prior, mine),
+                        r,
+                        function,
+                        &profile,
+                    ),
+                    None => {
+                        let link = self.link_to(&self.cloud_id, self.cloud, &profile);
+                        self.facts(self.cloud, prior, mine, None, link)
+                    }
+                };
+                candidates.push(
+                    cloud
+                        .and_then(|r| self.reported(self.cloud, &profile, m, function, r))
+                        .unwrap_or_else(|| empty(self.cloud, m)),
+                );
             });
         } else {
             candidates.extend(self.neighbors.iter().map(|n| infeasible(n.spec)));
@@ -199,19 +255,92 @@ impl EdgeScheduler {
             request: RequestInfo {
                 function_id,
                 source: source.map_or(self.here.location, |l| GeoPoint::new(l.lat, l.lon)),
-                input_kb: f.input_kb,
-                slo_ms: f.slo_ms,
+                input_kb: profile.input_kb,
+                slo_ms: profile.slo_ms,
                 profile,
             },
             candidates,
         };
         let action = self.policy.decide(&obs)?;
+        let predicted_ms = obs.estimate(&self.link, action).total();
         let last = obs.candidates.len() - 1;
-        Some(match (action.candidate, action.new_container) {
+        let placement = match (action.candidate, action.new_container) {
             (0, false) => Placement::Reuse,
             (0, true) => Placement::New,
             (i, _) if i == last => Placement::Cloud,
             (i, _) => Placement::Neighbor(i - 1),
+        };
+        Some(Decision {
+            placement,
+            predicted_ms,
+        })
+    }
+
+    /// The latency terms of a function at node `spec`, `link_ms` away: what `measured` there
+    /// says once it covers [`PRIOR_CALLS`] calls (or any call, without a `prior`); else the
+    /// `prior`'s model terms; else this edge's own figures (`mine`), scaled by the clocks.
+    fn facts(
+        &self,
+        spec: NodeSpec,
+        prior: Option<&FunctionProfile>,
+        mine: Option<Facts>,
+        measured: Option<Facts>,
+        link_ms: f64,
+    ) -> Measured {
+        let enough = |f: &Facts| f.calls >= PRIOR_CALLS || (prior.is_none() && f.calls > 0);
+        let fallback_cold = || {
+            prior
+                .map(|p| cold_start_ms(p, spec.bandwidth_mbps))
+                .or_else(|| self.book.typical_cold_ms())
+                .unwrap_or_else(|| cold_start_ms(&self.default_profile, spec.bandwidth_mbps))
+        };
+        if let Some(f) = measured.filter(enough) {
+            return Measured {
+                cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
+                exec_ms: f.warm_ms,
+                link_ms,
+            };
+        }
+        if let Some(p) = prior {
+            return Measured {
+                cold_ms: cold_start_ms(p, spec.bandwidth_mbps),
+                exec_ms: compute_ms(p, spec.ghz),
+                link_ms,
+            };
+        }
+        let f = mine.unwrap_or(Facts {
+            calls: 0,
+            warm_ms: compute_ms(&self.default_profile, spec.ghz),
+            cold_ms: None,
+        });
+        Measured {
+            cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
+            exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
+            link_ms,
+        }
+    }
+
+    /// The terms at another node `id` with a fresh report `r`: its figures of the function,
+    /// else the prior, else this edge's own.
+    fn remote(
+        &self,
+        id: &str,
+        spec: NodeSpec,
+        (prior, mine): (Option<&FunctionProfile>, Option<Facts>),
+        r: &LoadReport,
+        function: &str,
+        p: &FunctionProfile,
+    ) -> Measured {
+        let theirs = r.load.profiles.get(function).map(Facts::from);
+        self.facts(spec, prior, mine, theirs, self.link_to(id, spec, p))
+    }
+
+    /// The time to reach node `id` and come back, beyond its own handling: measured, else the
+    /// model's communication time there and back.
+    fn link_to(&self, id: &str, spec: NodeSpec, p: &FunctionProfile) -> f64 {
+        self.book.link_ms(id).unwrap_or_else(|| {
+            let dist = self.here.location.distance_km(&spec.location);
+            2.0 * comm_ms(&self.link, p.input_kb, dist, spec.access_ms)
         })
     }
 
@@ -222,6 +351,7 @@ impl EdgeScheduler {
     fn local(
         &self,
         p: &FunctionProfile,
+        m: Measured,
         function: &str,
         backends: &[Arc<dyn FunctionBackend>],
         stats: Option<PoolStats>,
@@ -230,8 +360,11 @@ impl EdgeScheduler {
         if !local.admitted {
             return infeasible(self.here);
         }
+        // A backend without pools (tinyFaaS, OpenWhisk, Lambda) keeps its own instances: a
+        // call there is a warm call as far as this node can tell, and its measured figures
+        // already hold whatever cold starts it pays.
         let s = stats.unwrap_or(PoolStats {
-            idle: 0,
+            idle: 1,
             busy: 0,
             max: usize::MAX,
         });
@@ -261,7 +394,8 @@ impl EdgeScheduler {
             ),
             idle: u32::try_from(s.idle).unwrap_or(u32::MAX),
             busy: u32::try_from(s.busy).unwrap_or(u32::MAX),
-            wait_ms: compute_ms(p, self.here.ghz),
+            wait_ms: m.exec_ms,
+            measured: Some(m),
         }
     }
 
@@ -272,6 +406,7 @@ impl EdgeScheduler {
         &self,
         spec: NodeSpec,
         p: &FunctionProfile,
+        m: Measured,
         function: &str,
         r: &LoadReport,
     ) -> Option<Candidate> {
@@ -290,7 +425,8 @@ impl EdgeScheduler {
             blocked_cold_ms: self.blocked_cold_ms(free_cores - p.cores, spec, function, idle_there),
             idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
             busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
-            wait_ms: compute_ms(p, spec.ghz),
+            wait_ms: m.exec_ms,
+            measured: Some(m),
         })
     }
 
@@ -336,7 +472,7 @@ fn load_ppo(topology: &Topology, link: LinkModel) -> anyhow::Result<PpoPolicy> {
 
 /// A node with every capacity free and no warm instance: only a new instance is feasible, so
 /// the policy weighs its cold start (pessimistic for functions it keeps warm).
-fn empty(spec: NodeSpec) -> Candidate {
+fn empty(spec: NodeSpec, m: Measured) -> Candidate {
     Candidate {
         node: spec,
         free_cores: spec.cores,
@@ -346,6 +482,7 @@ fn empty(spec: NodeSpec) -> Candidate {
         idle: 0,
         busy: 0,
         wait_ms: 0.0,
+        measured: Some(m),
     }
 }
 
@@ -360,6 +497,7 @@ fn infeasible(spec: NodeSpec) -> Candidate {
         idle: 0,
         busy: 0,
         wait_ms: 0.0,
+        measured: None,
     }
 }
 
@@ -372,7 +510,7 @@ mod tests {
             .replace("policy = \"none\"", "policy = \"greedy\"");
         let topology =
             Topology::parse(&text, "berlin.toml", std::path::Path::new("../examples")).unwrap();
-        EdgeScheduler::from_topology(&topology, "tu-berlin", Arc::default())
+        EdgeScheduler::from_topology(&topology, "tu-berlin", Arc::default(), Arc::default())
             .unwrap()
             .expect("a policy")
     }

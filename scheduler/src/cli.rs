@@ -92,6 +92,10 @@ pub struct TrainArgs {
     /// `melbourne` (EUA, 125 sites), `berlin`, or a geofaas topology file.
     #[arg(long, default_value = "melbourne")]
     pub topology: String,
+    /// A measured-profile file (a node's `GET /node/profiles`): train on the topology
+    /// calibrated to it.
+    #[arg(long)]
+    pub profiles: Option<PathBuf>,
     /// PPO iterations.
     #[arg(long, default_value_t = 40)]
     pub iterations: usize,
@@ -182,12 +186,28 @@ pub struct SimulateArgs {
     /// Right end of the CDF plot's latency axis, ms.
     #[arg(long, default_value_t = 400.0)]
     pub plot_max_ms: f64,
+    /// A measured-profile file (a node's `GET /node/profiles`): calibrate the topology's
+    /// functions and links to it before simulating.
+    #[arg(long)]
+    pub profiles: Option<PathBuf>,
     /// Workload shape.
     #[command(flatten)]
     pub workload: WorkloadArgs,
 }
 
 pub use crate::ppo::shipped_weights;
+/// `topology` by name or file, calibrated to the measured-profile file `profiles` if given.
+pub fn calibrated_topology(
+    topology: &str,
+    profiles: Option<&std::path::Path>,
+    link: &crate::model::LinkModel,
+) -> anyhow::Result<Topology> {
+    let mut topo = Topology::by_name(topology)?;
+    if let Some(p) = profiles {
+        crate::measured::MeasuredProfiles::load(p)?.calibrate_topology(&mut topo, link)?;
+    }
+    Ok(topo)
+}
 
 fn make_policy(
     name: &str,
@@ -225,7 +245,11 @@ fn make_policy(
 
 /// Runs `geofaas simulate`.
 pub fn run_simulate(mut args: SimulateArgs) -> anyhow::Result<()> {
-    let topo = Topology::by_name(&args.topology)?;
+    let topo = calibrated_topology(
+        &args.topology,
+        args.profiles.as_deref(),
+        &crate::model::LinkModel::default(),
+    )?;
     args.workload.resolve(&topo);
     if let Some(n) = args.held_out {
         args.seeds = crate::eval::held_out_seeds(n);
@@ -331,7 +355,11 @@ fn workloads(args: &SimulateArgs, topo: &Topology) -> anyhow::Result<Vec<Workloa
 #[cfg(feature = "train")]
 pub fn run_train(mut args: TrainArgs) -> anyhow::Result<()> {
     use crate::train::{train, IterMetrics, PpoConfig};
-    let topo = Topology::by_name(&args.topology)?;
+    let topo = calibrated_topology(
+        &args.topology,
+        args.profiles.as_deref(),
+        &crate::model::LinkModel::default(),
+    )?;
     args.workload.resolve(&topo);
     let cfg = PpoConfig {
         seed: args.seed,

@@ -88,12 +88,17 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
         if !ok_reuse && !ok_new {
             continue;
         }
-        let dist = origin.distance_km(&c.node.location);
-        let base = model::LatencyBreakdown {
-            cold_ms: 0.0,
-            queue_ms: 0.0,
-            comp_ms: model::compute_ms(p, c.node.ghz),
-            comm_ms: model::comm_ms(link, r.input_kb, dist, c.node.access_ms),
+        let base = match &c.measured {
+            Some(_) => c.terms(link, r, 0.0, false),
+            None => {
+                let dist = origin.distance_km(&c.node.location);
+                model::LatencyBreakdown {
+                    cold_ms: 0.0,
+                    queue_ms: 0.0,
+                    comp_ms: model::compute_ms(p, c.node.ghz),
+                    comm_ms: model::comm_ms(link, r.input_kb, dist, c.node.access_ms),
+                }
+            }
         };
         if ok_reuse {
             let b = model::LatencyBreakdown {
@@ -108,7 +113,10 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
         }
         if ok_new {
             let b = model::LatencyBreakdown {
-                cold_ms: model::cold_start_ms(p, c.node.bandwidth_mbps),
+                cold_ms: match &c.measured {
+                    Some(m) => m.cold_ms,
+                    None => model::cold_start_ms(p, c.node.bandwidth_mbps),
+                },
                 ..base
             };
             push((b.total(), new, b));

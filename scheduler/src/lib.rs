@@ -19,6 +19,7 @@ pub mod cli;
 mod error;
 pub mod eval;
 pub mod features;
+pub mod measured;
 pub mod metrics;
 pub mod milp;
 pub mod model;
@@ -32,4 +33,4 @@ pub mod train;
 pub mod workload;
 
 pub use error::{Result, SchedulerError};
-pub use policy::{Action, Candidate, Observation, Policy, RequestInfo};
+pub use policy::{Action, Candidate, Measured, Observation, Policy, RequestInfo};

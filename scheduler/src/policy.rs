@@ -33,6 +33,53 @@ pub struct Candidate {
     /// Expected ms until the earliest busy container of the function here is free (its queue
     /// drains); only used when `idle == 0` and `busy > 0`.
     pub wait_ms: f64,
+    /// What was measured of the request's function at this node, used instead of the model's
+    /// cold-start, compute and communication terms (a live node fills it in from its profiles;
+    /// the simulator leaves it `None` and its model is the truth).
+    pub measured: Option<Measured>,
+}
+
+/// Measured latency terms of one function at one node, in ms.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Measured {
+    /// Extra time of a call that starts a new instance there.
+    pub cold_ms: f64,
+    /// Time a warm call takes there, from its arrival to its answer (execution plus the node's
+    /// own handling).
+    pub exec_ms: f64,
+    /// Time to reach the node and come back from the deciding node (0 for the node itself).
+    pub link_ms: f64,
+}
+
+impl Candidate {
+    /// The latency terms of the request on this candidate without queueing: the measured ones
+    /// when there are any, else the model's (`dist_km` from the request's source).
+    pub fn terms(
+        &self,
+        link: &LinkModel,
+        r: &RequestInfo,
+        dist_km: f64,
+        new_container: bool,
+    ) -> LatencyBreakdown {
+        match &self.measured {
+            Some(m) => LatencyBreakdown {
+                cold_ms: if new_container { m.cold_ms } else { 0.0 },
+                queue_ms: 0.0,
+                comp_ms: m.exec_ms,
+                comm_ms: m.link_ms,
+            },
+            None => LatencyBreakdown {
+                cold_ms: if new_container {
+                    model::cold_start_ms(&r.profile, self.node.bandwidth_mbps)
+                } else {
+                    0.0
+                },
+                queue_ms: 0.0,
+                comp_ms: model::compute_ms(&r.profile, self.node.ghz),
+                comm_ms: model::comm_ms(link, r.input_kb, dist_km, self.node.access_ms),
+            },
+        }
+    }
 }
 
 /// The request being placed.
@@ -105,14 +152,17 @@ impl Observation {
     pub fn estimate(&self, link: &LinkModel, action: Action) -> LatencyBreakdown {
         let r = &self.request;
         let c = &self.candidates[action.candidate];
-        let mut b = model::latency(
-            link,
-            &r.profile,
-            r.input_kb,
-            &r.source,
-            &c.node,
-            action.new_container,
-        );
+        let mut b = match c.measured {
+            Some(_) => c.terms(link, r, 0.0, action.new_container),
+            None => model::latency(
+                link,
+                &r.profile,
+                r.input_kb,
+                &r.source,
+                &c.node,
+                action.new_container,
+            ),
+        };
         if self.queues(action) {
             b.queue_ms = c.wait_ms.max(0.0);
         }

@@ -228,6 +228,7 @@ impl<'a> Simulator<'a> {
                     idle: pool.idle.len() as u32,
                     busy: pool.busy.len() as u32,
                     wait_ms: pool.busy.iter().copied().fold(f64::INFINITY, f64::min) - self.now,
+                    measured: None,
                 }
             })
             .collect();

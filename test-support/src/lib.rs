@@ -2,6 +2,7 @@
 //!
 //! - [`etcd`]: a real etcd server on free ports, for the fleet tests;
 //! - [`memory`]: an in-memory function backend for router tests;
+//! - [`delays`]: a backend whose functions take known times (live profile tests);
 //! - [`server`]: run an axum router on `127.0.0.1:0` and kill it, connections included;
 //! - [`tinyfaas`]: a protocol-faithful fake tinyFaaS (proxy + manager);
 //! - [`openwhisk`]: a protocol-faithful fake Apache OpenWhisk controller;
@@ -9,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod delays;
 pub mod etcd;
 pub mod memory;
 pub mod openwhisk;

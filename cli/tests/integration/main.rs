@@ -20,6 +20,7 @@ mod loadtest;
 mod logs;
 mod offload;
 mod placement;
+mod profiles;
 mod properties;
 mod proxy;
 mod remote_deploy;

@@ -32,6 +32,7 @@ pub(crate) fn cand(lon: f64, free_cores: f64, free_mem: f64, idle: u32) -> Candi
         idle,
         busy: 0,
         wait_ms: f64::INFINITY,
+        measured: None,
     }
 }
 
@@ -113,4 +114,38 @@ fn baselines_pick_what_they_promise() {
     assert_eq!(GreedyPolicy::default().decide(&full), None);
     assert_eq!(NearestPolicy.decide(&full), None);
     assert_eq!(r.decide(&full), None);
+}
+
+#[test]
+fn measured_terms_replace_the_model_in_estimates_and_features() {
+    // The model says a 700 ms cold start next door loses to a warm instance 1.1 km away; the
+    // node next door measured its cold start at 2 ms and its warm calls at 1 ms, the other
+    // node is 30 ms away and back: the measured figures decide.
+    let mut here = cand(0.0, 4.0, 10_000.0, 0);
+    let mut there = cand(0.01, 4.0, 10_000.0, 1);
+    here.measured = Some(Measured {
+        cold_ms: 2.0,
+        exec_ms: 1.0,
+        link_ms: 0.0,
+    });
+    there.measured = Some(Measured {
+        cold_ms: 5.0,
+        exec_ms: 1.0,
+        link_ms: 30.0,
+    });
+    let o = obs(vec![here, there]);
+    let new_here = Action {
+        candidate: 0,
+        new_container: true,
+    };
+    assert_eq!(o.estimate(&LinkModel::default(), new_here).total(), 3.0);
+    let reuse_there = Action {
+        candidate: 1,
+        new_container: false,
+    };
+    assert_eq!(o.estimate(&LinkModel::default(), reuse_there).total(), 31.0);
+    assert_eq!(GreedyPolicy::default().decide(&o), Some(new_here));
+    let f = crate::features::featurize(&LinkModel::default(), &o);
+    assert_eq!(f.actions[0], Some(new_here));
+    assert_eq!(f.actions[1], Some(reuse_there));
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Tables of bench/scheduler/compare.sh. For each workload and policy, over its runs (one run =
+one fresh fleet): the mean and the P99 latency of the answered calls, each as the mean over runs
+with a 95 % percentile-bootstrap interval over runs (10 000 resamples, seeded); SLO violations
+(answered later than the function's slo_ms, or not answered) pooled over runs; and, paired by
+round, each policy's mean over greedy's mean with its bootstrap interval. Also writes
+OUT/compare.csv (one line per run). Usage: compare_table.py OUT_DIR EXAMPLES_DIR"""
+
+import csv
+import os
+import random
+import re
+import sys
+
+WORKLOADS = {
+    "highload": ("berlin-small-edge.toml", "sievehard"),
+    "mobility": ("berlin.toml", "sieve"),
+}
+ORDER = ["none", "greedy", "ppo"]
+
+
+def slo_ms(topology, function):
+    text = open(topology).read()
+    for block in text.split("[[function]]")[1:]:
+        if re.search(rf'^name\s*=\s*"{function}"', block, re.M):
+            m = re.search(r"^slo_ms\s*=\s*([0-9.]+)", block, re.M)
+            if m:
+                return float(m.group(1))
+    return float("inf")
+
+
+def p99(values):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.99 * len(values)))] if values else float("nan")
+
+
+def mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def bootstrap(values, rng, n=10_000):
+    """Mean of `values` and the 2.5 / 97.5 percentiles of the means of resamples."""
+    if len(values) < 2:
+        return mean(values), float("nan"), float("nan")
+    means = sorted(mean([rng.choice(values) for _ in values]) for _ in range(n))
+    return mean(values), means[int(0.025 * n)], means[int(0.975 * n) - 1]
+
+
+def run_stats(path, slo):
+    rows = list(csv.DictReader(open(path)))
+    ok = [r for r in rows if r["status"] == "200"]
+    lat = [float(r["latency_ms"]) for r in ok]
+    late = sum(1 for r in rows if r["status"] != "200" or float(r["latency_ms"]) > slo)
+    where = {}
+    for r in ok:
+        where[r["served_by"]] = where.get(r["served_by"], 0) + 1
+    return {"calls": len(rows), "ok": len(ok), "mean": mean(lat), "p99": p99(lat),
+            "late": late, "where": where}
+
+
+def main():
+    out, examples = sys.argv[1], sys.argv[2]
+    rng = random.Random(2026)
+    lines = []
+    for w in sorted(os.listdir(out)):
+        if w not in WORKLOADS:
+            continue
+        topo, function = WORKLOADS[w]
+        slo = slo_ms(os.path.join(examples, topo), function)
+        runs = {}
+        for policy in os.listdir(os.path.join(out, w)):
+            for r in os.listdir(os.path.join(out, w, policy)):
+                path = os.path.join(out, w, policy, r, "requests.csv")
+                if os.path.exists(path):
+                    s = run_stats(path, slo)
+                    runs.setdefault(policy, {})[int(r)] = s
+                    lines.append([w, policy, r, s["calls"], s["ok"], f"{s['mean']:.1f}",
+                                  f"{s['p99']:.1f}", s["late"],
+                                  " ".join(f"{k}={v}" for k, v in sorted(s["where"].items()))])
+        print(f"### {w} ({function}, SLO {slo:.0f} ms)\n")
+        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | served by |")
+        print("|---|---:|---:|---|---|---:|---|---|")
+        greedy = runs.get("greedy", {})
+        for policy in sorted(runs, key=lambda p: ORDER.index(p) if p in ORDER else 9):
+            rs = runs[policy]
+            m = bootstrap([s["mean"] for s in rs.values()], rng)
+            p = bootstrap([s["p99"] for s in rs.values()], rng)
+            calls = sum(s["calls"] for s in rs.values())
+            late = sum(s["late"] for s in rs.values())
+            paired = [rs[r]["mean"] / greedy[r]["mean"] for r in rs if r in greedy]
+            ratio = bootstrap(paired, rng) if paired else (float("nan"),) * 3
+            where = {}
+            for s in rs.values():
+                for k, v in s["where"].items():
+                    where[k] = where.get(k, 0) + v
+            print(f"| {policy} | {len(rs)} | {calls} | {m[0]:.0f} ({m[1]:.0f}-{m[2]:.0f}) | "
+                  f"{p[0]:.0f} ({p[1]:.0f}-{p[2]:.0f}) | {late} ({100 * late / max(calls, 1):.1f} %) | "
+                  f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(where.items())) + " |")
+        print()
+    with open(os.path.join(out, "compare.csv"), "w", newline="") as f:
+        cw = csv.writer(f)
+        cw.writerow(["workload", "policy", "round", "calls", "ok", "mean_ms", "p99_ms", "slo_violations", "served_by"])
+        cw.writerows(lines)
+
+
+if __name__ == "__main__":
+    main()

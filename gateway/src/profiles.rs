@@ -1,0 +1,492 @@
+//! Live profiles: what this node measured of each function's calls here and of its links to
+//! the other nodes. They are the scheduler's model of the system it runs in
+//! ([`crate::schedule`]); a function's configured `[[function]]` profile is only the prior
+//! until [`PRIOR_CALLS`] calls of it were measured, and a function without one is placed from
+//! its first call on.
+//!
+//! What is measured, all in milliseconds:
+//! * per function, a warm call's time here from its arrival to its answer, less its admission
+//!   wait and its cold start (`Server-Timing` `queue` and `cold` of the answer), and the cold
+//!   start of the calls that started an instance;
+//! * per function and backend kind, the execution and start times the backend reported;
+//! * per other node, the round trip of the `/readyz` probes and load reports sent to it, and the
+//!   time a call forwarded there took beyond what that node's `Server-Timing` accounts for.
+//!
+//! A figure is the median of its last [`WINDOW`] samples, so it follows a node whose speed
+//! changes and one slow call does not move it. A link's figures replace the model's after
+//! [`PRIOR_CALLS`] samples, as a function's do. Other nodes' figures arrive in
+//! their load reports ([`geofaas_fleet::NodeLoad::profiles`]); `GET /node/profiles` serves this
+//! node's as a file the simulator reads (`simulate --profiles`).
+//!
+//! [`settle`] runs once per call after the answer is built: it learns from it and, when a
+//! policy placed the call, puts `predicted;dur=<ms>` on its `Server-Timing` and the error
+//! (actual over predicted) into `/metrics`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use geofaas_config::Topology;
+use geofaas_fleet::FunctionFacts;
+use geofaas_functions::InvokeOutput;
+use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredProfiles};
+
+use crate::headers::name::{SERVED_BY, SERVER_TIMING};
+use crate::invoke::{Outcome, Ran};
+use crate::node::{Live, NodeState};
+
+/// Calls of a function measured before its figures replace its configured profile.
+pub const PRIOR_CALLS: u64 = 5;
+/// Samples a figure averages over.
+pub const WINDOW: u64 = 32;
+/// Where a node serves its profiles.
+pub const PROFILES_PATH: &str = "/node/profiles";
+
+/// A figure: the median of its last [`WINDOW`] samples (robust to the odd slow call on a
+/// shared machine, and what "the median error" of predictions is measured against), with the
+/// count of every sample it saw.
+#[derive(Clone, Copy, Debug)]
+struct Figure {
+    n: u64,
+    recent: [f64; WINDOW as usize],
+    median: f64,
+}
+
+impl Default for Figure {
+    fn default() -> Self {
+        Self {
+            n: 0,
+            recent: [0.0; WINDOW as usize],
+            median: 0.0,
+        }
+    }
+}
+
+impl Figure {
+    fn add(&mut self, x: f64) {
+        if !x.is_finite() {
+            return;
+        }
+        self.recent[(self.n % WINDOW) as usize] = x.max(0.0);
+        self.n += 1;
+        let len = self.n.min(WINDOW) as usize;
+        let mut sorted = self.recent;
+        let sorted = &mut sorted[..len];
+        sorted.sort_unstable_by(f64::total_cmp);
+        self.median = if len % 2 == 1 {
+            sorted[len / 2]
+        } else {
+            (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0
+        };
+    }
+
+    fn get(&self) -> Option<f64> {
+        (self.n > 0).then_some(self.median)
+    }
+}
+
+#[derive(Debug, Default)]
+struct FunctionStats {
+    warm: Figure,
+    cold: Figure,
+    backends: BTreeMap<&'static str, BackendStats>,
+}
+
+#[derive(Debug, Default)]
+struct BackendStats {
+    calls: u64,
+    cold_starts: u64,
+    exec: Figure,
+    cold: Figure,
+}
+
+#[derive(Debug, Default)]
+struct LinkStats {
+    probe: Figure,
+    forward: Figure,
+}
+
+/// What one node measured of one function, as the scheduler uses it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Facts {
+    /// Calls measured.
+    pub calls: u64,
+    /// A warm call's time from arrival to answer, ms.
+    pub warm_ms: f64,
+    /// The extra time of a call that starts an instance, ms (`None`: none seen).
+    pub cold_ms: Option<f64>,
+}
+
+impl From<&FunctionFacts> for Facts {
+    fn from(f: &FunctionFacts) -> Self {
+        Self {
+            calls: f.calls,
+            warm_ms: f.warm_ms,
+            cold_ms: f.cold_ms,
+        }
+    }
+}
+
+/// This node's measured profiles (kept across reloads).
+#[derive(Debug, Default)]
+pub struct ProfileBook {
+    functions: RwLock<HashMap<String, FunctionStats>>,
+    links: RwLock<HashMap<String, LinkStats>>,
+}
+
+impl ProfileBook {
+    /// A call of `function` that backend `kind` answered with `out`.
+    pub fn backend_call(&self, function: &str, kind: &'static str, out: &InvokeOutput) {
+        let mut map = write(&self.functions);
+        let b = entry(&mut map, function).backends.entry(kind).or_default();
+        b.calls += 1;
+        b.exec.add(ms(out.exec));
+        if out.cold_start {
+            b.cold_starts += 1;
+            b.cold.add(ms(out.cold));
+        }
+    }
+
+    /// A call of `function` served here: `warm_ms` from arrival to answer less its admission
+    /// wait and cold start, `cold_ms` its cold start when it started an instance.
+    pub fn local_call(&self, function: &str, warm_ms: f64, cold_ms: Option<f64>) {
+        let mut map = write(&self.functions);
+        let f = entry(&mut map, function);
+        f.warm.add(warm_ms);
+        if let Some(c) = cold_ms {
+            f.cold.add(c);
+        }
+    }
+
+    /// A probe or load report to `node` came back after `rtt`.
+    pub fn probed(&self, node: &str, rtt: Duration) {
+        self.link(node, |l| l.probe.add(ms(rtt)));
+    }
+
+    /// A call forwarded to `node` took `overhead_ms` beyond that node's own account of it.
+    pub fn forwarded(&self, node: &str, overhead_ms: f64) {
+        self.link(node, |l| l.forward.add(overhead_ms));
+    }
+
+    fn link(&self, node: &str, f: impl FnOnce(&mut LinkStats)) {
+        let mut map = write(&self.links);
+        match map.get_mut(node) {
+            Some(l) => f(l),
+            None => f(map.entry(node.to_owned()).or_default()),
+        }
+    }
+
+    /// What was measured of `function` here, if any call of it was.
+    pub fn facts(&self, function: &str) -> Option<Facts> {
+        read(&self.functions).get(function).and_then(facts)
+    }
+
+    /// The mean cold start over the functions that started an instance here (for a function
+    /// that never did).
+    pub fn typical_cold_ms(&self) -> Option<f64> {
+        let map = read(&self.functions);
+        let colds: Vec<f64> = map.values().filter_map(|f| f.cold.get()).collect();
+        (!colds.is_empty()).then(|| colds.iter().sum::<f64>() / colds.len() as f64)
+    }
+
+    /// The time a call placed on `node` takes beyond that node's own figures: measured on
+    /// [`PRIOR_CALLS`] forwarded calls or more, else on as many probes; `None` before.
+    pub fn link_ms(&self, node: &str) -> Option<f64> {
+        let map = read(&self.links);
+        let l = map.get(node)?;
+        let enough = |f: &Figure| (f.n >= PRIOR_CALLS).then_some(f.median);
+        enough(&l.forward).or_else(|| enough(&l.probe))
+    }
+
+    /// The same measured on any number of samples (what reports and profile files say).
+    fn measured_link_ms(&self, node: &str) -> Option<f64> {
+        let map = read(&self.links);
+        let l = map.get(node)?;
+        l.forward.get().or(l.probe.get())
+    }
+
+    /// The figures a load report carries.
+    pub fn report(&self) -> (BTreeMap<String, FunctionFacts>, BTreeMap<String, f64>) {
+        let functions = read(&self.functions)
+            .iter()
+            .filter_map(|(name, f)| {
+                let x = facts(f)?;
+                Some((
+                    name.clone(),
+                    FunctionFacts {
+                        calls: x.calls,
+                        warm_ms: x.warm_ms,
+                        cold_ms: x.cold_ms,
+                    },
+                ))
+            })
+            .collect();
+        let links = read(&self.links)
+            .keys()
+            .filter_map(|id| Some((id.clone(), self.measured_link_ms(id)?)))
+            .collect();
+        (functions, links)
+    }
+
+    /// The measured-profile file of node `node` (memory: the configured instance size).
+    pub fn snapshot(&self, node: &str, topology: &Topology) -> MeasuredProfiles {
+        let memory = |name: &str| {
+            topology.function(name).map_or_else(
+                || geofaas_config::FunctionConfig::named(name).memory_mb,
+                |f| f.memory_mb,
+            )
+        };
+        let functions = read(&self.functions)
+            .iter()
+            .filter_map(|(name, f)| {
+                let x = facts(f)?;
+                let backends = f
+                    .backends
+                    .iter()
+                    .map(|(kind, b)| {
+                        let m = MeasuredBackend {
+                            calls: b.calls,
+                            cold_starts: b.cold_starts,
+                            exec_ms: b.exec.get().unwrap_or(0.0),
+                            cold_ms: b.cold.get(),
+                        };
+                        ((*kind).to_owned(), m)
+                    })
+                    .collect();
+                let m = MeasuredFunction {
+                    calls: x.calls,
+                    warm_ms: x.warm_ms,
+                    cold_ms: x.cold_ms,
+                    memory_mb: memory(name),
+                    backends,
+                };
+                Some((name.clone(), m))
+            })
+            .collect();
+        let (_, links) = self.report();
+        MeasuredProfiles {
+            node: node.to_owned(),
+            at_ms: geofaas_fleet::now_ms(),
+            functions,
+            links,
+        }
+    }
+}
+
+fn facts(f: &FunctionStats) -> Option<Facts> {
+    Some(Facts {
+        calls: f.warm.n,
+        warm_ms: f.warm.get()?,
+        cold_ms: f.cold.get(),
+    })
+}
+
+fn entry<'a>(map: &'a mut HashMap<String, FunctionStats>, name: &str) -> &'a mut FunctionStats {
+    if !map.contains_key(name) {
+        map.insert(name.to_owned(), FunctionStats::default());
+    }
+    map.get_mut(name).expect("inserted")
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The durations of a `Server-Timing` value that geofaas writes (`route`, `queue`, `cold`,
+/// `exec`, `sched`), in ms; other entries are ignored.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Deciding where to serve the call.
+    pub route: f64,
+    /// Waiting for an admission permit.
+    pub queue: f64,
+    /// Starting an instance.
+    pub cold: f64,
+    /// Running the function.
+    pub exec: f64,
+    /// The scheduler's decision.
+    pub sched: f64,
+}
+
+impl Timing {
+    /// Parses the `Server-Timing` headers of `headers`.
+    pub fn of(headers: &HeaderMap) -> Self {
+        let mut t = Self::default();
+        for v in headers.get_all(SERVER_TIMING) {
+            let Ok(v) = v.to_str() else { continue };
+            for metric in v.split(',') {
+                let mut parts = metric.split(';').map(str::trim);
+                let name = parts.next().unwrap_or_default();
+                let dur = parts
+                    .find_map(|p| p.strip_prefix("dur="))
+                    .and_then(|d| d.parse::<f64>().ok())
+                    .filter(|d| d.is_finite() && *d >= 0.0);
+                let Some(dur) = dur else { continue };
+                match name {
+                    "route" => t.route = dur,
+                    "queue" => t.queue = dur,
+                    "cold" => t.cold = dur,
+                    "exec" => t.exec = dur,
+                    "sched" => t.sched = dur,
+                    _ => {}
+                }
+            }
+        }
+        t
+    }
+
+    /// Everything the node accounted for.
+    pub fn total(&self) -> f64 {
+        self.route + self.queue + self.cold + self.exec + self.sched
+    }
+}
+
+/// After a call of `function` answered as `outcome`, `elapsed` after it arrived: learns from it
+/// and, when the node's policy placed it expecting `predicted` ms, says so on the answer
+/// (`Server-Timing: predicted;dur=`) and records actual over predicted.
+pub fn settle(
+    state: &NodeState,
+    function: &str,
+    outcome: &mut Outcome,
+    predicted: Option<f64>,
+    elapsed: Duration,
+) {
+    let took = ms(elapsed);
+    match outcome {
+        Outcome::Served { answer, ran, .. } if answer.status().is_success() => {
+            let t = Timing::of(answer.headers());
+            let cold = (*ran == Ran::LocalNew).then_some(t.cold);
+            state
+                .profiles
+                .local_call(function, took - t.queue - t.cold, cold);
+        }
+        Outcome::Offloaded { answer, .. } if answer.status().is_success() => {
+            let by = answer
+                .headers()
+                .get(SERVED_BY)
+                .and_then(|v| v.to_str().ok());
+            if let Some(by) = by.filter(|by| *by != state.id) {
+                let remote = Timing::of(answer.headers()).total();
+                state.profiles.forwarded(by, took - remote);
+            }
+        }
+        _ => {}
+    }
+    let (Some(predicted), Some(s)) = (predicted, &state.scheduler) else {
+        return;
+    };
+    let Some((ran, why)) = outcome.placement() else {
+        return;
+    };
+    if why != s.name() {
+        return;
+    }
+    let (Outcome::Served { answer, .. } | Outcome::Offloaded { answer, .. }) = outcome else {
+        return;
+    };
+    let predicted = predicted.max(0.001);
+    let h = answer.headers_mut();
+    let mut value = h
+        .get(SERVER_TIMING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_default();
+    if !value.is_empty() {
+        value.push_str(", ");
+    }
+    value.push_str(&format!("predicted;dur={predicted:.3}"));
+    if let Ok(v) = HeaderValue::try_from(value) {
+        h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
+    }
+    state.metrics.prediction(ran.label(), took / predicted);
+}
+
+/// `GET /node/profiles` (admin key when keys are configured): this node's measured profiles.
+pub fn routes() -> Router<Arc<Live>> {
+    Router::new().route(PROFILES_PATH, get(serve))
+}
+
+async fn serve(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
+    let state = live.current();
+    if let Err(e) = state.access.admin(&headers) {
+        return e.into_response();
+    }
+    Json(state.profiles.snapshot(&state.id, &state.topology)).into_response()
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_medians_of_the_recent_calls() {
+        let book = ProfileBook::default();
+        for _ in 0..10 {
+            book.local_call("f", 10.0, None);
+        }
+        book.local_call("f", 200.0, Some(5.0));
+        let f = book.facts("f").unwrap();
+        assert_eq!(f.calls, 11);
+        assert_eq!(f.warm_ms, 10.0, "one slow call does not move it");
+        assert_eq!(f.cold_ms, Some(5.0));
+        // After a window of calls at a new speed, the new speed is the figure.
+        for _ in 0..WINDOW {
+            book.local_call("f", 40.0, None);
+        }
+        assert_eq!(book.facts("f").unwrap().warm_ms, 40.0);
+        assert_eq!(book.facts("g"), None);
+        assert_eq!(book.typical_cold_ms(), Some(5.0));
+        let mut even = Figure::default();
+        for x in [1.0, 2.0, 3.0, 10.0] {
+            even.add(x);
+        }
+        assert_eq!(even.get(), Some(2.5));
+    }
+
+    #[test]
+    fn a_link_is_measured_after_enough_samples_and_forwards_outweigh_probes() {
+        let book = ProfileBook::default();
+        assert_eq!(book.link_ms("cloud"), None);
+        for _ in 0..PRIOR_CALLS {
+            assert_eq!(book.link_ms("cloud"), None);
+            book.probed("cloud", Duration::from_millis(25));
+        }
+        assert_eq!(book.link_ms("cloud"), Some(25.0));
+        book.forwarded("cloud", 27.0);
+        // Reports say what was measured; the scheduler waits for enough forwards.
+        assert_eq!(book.report().1["cloud"], 27.0);
+        assert_eq!(book.link_ms("cloud"), Some(25.0));
+        for _ in 1..PRIOR_CALLS {
+            book.forwarded("cloud", 27.0);
+        }
+        assert_eq!(book.link_ms("cloud"), Some(27.0));
+    }
+
+    #[test]
+    fn server_timing_is_read_back() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            SERVER_TIMING,
+            HeaderValue::from_static(
+                "route;dur=0.100, queue;dur=1.000, cold;dur=2.5, exec;dur=10.000, sched;dur=0.004, x;desc=y",
+            ),
+        );
+        let t = Timing::of(&h);
+        assert_eq!(t.cold, 2.5);
+        assert!((t.total() - 13.604).abs() < 1e-9);
+        assert_eq!(Timing::of(&HeaderMap::new()), Timing::default());
+    }
+}

@@ -1,0 +1,300 @@
+//! Measured profiles: what a live node learned of its functions and of its links to the other
+//! nodes, in the JSON a node serves at `GET /node/profiles` (and `geofaas loadtest` can save).
+//! The simulator reads such a file (`simulate --profiles FILE`) and replaces the model's
+//! figures of the functions it names with the measured ones, so that a policy is trained and
+//! evaluated on the system it runs in.
+//!
+//! A function's measured warm time becomes its CPU time at the reference clock (scaled by the
+//! measuring node's clock), its cold start the init time with no image to pull; its memory is
+//! the instance size the node used for it. A link's round trip becomes the access delay of the
+//! node at its far end, less the propagation the model adds: the simulator charges a request's
+//! way to its node once, while live the answer comes back over the same link, so the whole
+//! round trip is what a placement there costs. Functions the file names and the topology does
+//! not are added with the default profile, calibrated.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{FunctionProfile, LinkModel, REF_GHZ};
+use crate::topology::Topology;
+use crate::{Result, SchedulerError};
+
+/// One node's measured profiles.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredProfiles {
+    /// The node that measured them.
+    pub node: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Per function name.
+    pub functions: BTreeMap<String, MeasuredFunction>,
+    /// Round trip in ms from the measuring node to each other node (by id).
+    #[serde(default)]
+    pub links: BTreeMap<String, f64>,
+}
+
+/// What a node measured of one function.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredFunction {
+    /// Calls measured.
+    pub calls: u64,
+    /// Time of a warm call, from its arrival at the node to its answer, in ms.
+    pub warm_ms: f64,
+    /// Extra time of a call that started a new instance, in ms; `None` when none was seen.
+    #[serde(default)]
+    pub cold_ms: Option<f64>,
+    /// Memory of one instance in MB (the configured size; the node does not measure it).
+    pub memory_mb: f64,
+    /// The same per backend kind (`local`, `tinyfaas`, ...), as the backends reported them.
+    #[serde(default)]
+    pub backends: BTreeMap<String, MeasuredBackend>,
+}
+
+/// What one backend reported of a function's calls.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredBackend {
+    /// Calls it answered.
+    pub calls: u64,
+    /// Calls that started a new instance.
+    pub cold_starts: u64,
+    /// Mean execution time it reported, in ms.
+    pub exec_ms: f64,
+    /// Mean time it took to start a new instance, in ms (`None`: none started).
+    #[serde(default)]
+    pub cold_ms: Option<f64>,
+}
+
+impl MeasuredProfiles {
+    /// Reads and checks a profiles file; errors name the file, the field and the value.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| SchedulerError::io(path, e))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks the JSON `text` (`source` names it in errors).
+    pub fn parse(text: &str, source: &str) -> Result<Self> {
+        let bad = |message: String| SchedulerError::Parse {
+            what: format!("measured profiles {source}"),
+            message,
+        };
+        let p: Self = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        p.validate().map_err(bad)?;
+        Ok(p)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let check = |field: String, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{field} = {v}: must be a finite number >= 0"))
+            }
+        };
+        for (name, f) in &self.functions {
+            check(format!("functions.{name}.warm_ms"), f.warm_ms)?;
+            check(format!("functions.{name}.memory_mb"), f.memory_mb)?;
+            if let Some(c) = f.cold_ms {
+                check(format!("functions.{name}.cold_ms"), c)?;
+            }
+        }
+        for (node, rtt) in &self.links {
+            check(format!("links.{node}"), *rtt)?;
+        }
+        Ok(())
+    }
+
+    /// `base` with the measured figures of `name` when this file has any: CPU time from the
+    /// warm time (measured on a node clocked at `ghz`), no image, the measured cold start as
+    /// init time (the base's cold start when none was seen), the measured memory.
+    pub fn calibrate(&self, name: &str, base: &FunctionProfile, ghz: f64) -> FunctionProfile {
+        let Some(m) = self.functions.get(name).filter(|m| m.calls > 0) else {
+            return base.clone();
+        };
+        let cold = m
+            .cold_ms
+            .unwrap_or_else(|| crate::model::cold_start_ms(base, 1000.0));
+        FunctionProfile {
+            cpu_ms: m.warm_ms * base.cores * ghz / REF_GHZ,
+            image_mb: 0.0,
+            init_ms: cold,
+            memory_mb: if m.memory_mb > 0.0 {
+                m.memory_mb
+            } else {
+                base.memory_mb
+            },
+            ..base.clone()
+        }
+    }
+}
+
+impl MeasuredProfiles {
+    /// Calibrates `topo` to these figures: the measuring node's functions (see
+    /// [`MeasuredProfiles::calibrate`]) and the access delays of the nodes it measured links to.
+    pub fn calibrate_topology(&self, topo: &mut Topology, link: &LinkModel) -> Result<()> {
+        let at = topo
+            .ids
+            .iter()
+            .position(|id| *id == self.node)
+            .ok_or_else(|| {
+                SchedulerError::Invalid(format!(
+                    "measured profiles: node = {:?} is not a node of topology {} ({})",
+                    self.node,
+                    topo.name,
+                    topo.ids.join(", ")
+                ))
+            })?;
+        let here = topo.nodes[at];
+        let mut functions = topo.functions.take().unwrap_or_default();
+        for (name, p) in &mut functions {
+            *p = self.calibrate(name, p, here.ghz);
+        }
+        for name in self.functions.keys() {
+            if !functions.iter().any(|(n, _)| n == name) {
+                let base = FunctionProfile::from(&geofaas_config::FunctionConfig::named(name));
+                functions.push((name.clone(), self.calibrate(name, &base, here.ghz)));
+            }
+        }
+        topo.functions = (!functions.is_empty()).then_some(functions);
+        for (id, rtt) in &self.links {
+            let Some(j) = topo.ids.iter().position(|n| n == id).filter(|j| *j != at) else {
+                continue;
+            };
+            let dist = here.location.distance_km(&topo.nodes[j].location);
+            topo.nodes[j].access_ms = (rtt - dist / link.km_per_ms).max(0.0);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"{
+      "node": "tu-berlin", "at_ms": 1,
+      "functions": {
+        "fast": {"calls": 40, "warm_ms": 2.0, "cold_ms": 9.0, "memory_mb": 16,
+                 "backends": {"local": {"calls": 40, "cold_starts": 1, "exec_ms": 1.5, "cold_ms": 8.0}}},
+        "slow": {"calls": 40, "warm_ms": 200.0, "memory_mb": 64}
+      },
+      "links": {"potsdam": 5.5, "cloud": 26.0}
+    }"#;
+
+    #[test]
+    fn a_profiles_file_calibrates_the_functions_it_names() {
+        let p = MeasuredProfiles::parse(FILE, "test.json").unwrap();
+        let base = FunctionProfile {
+            cpu_ms: 1000.0,
+            cores: 1.0,
+            memory_mb: 512.0,
+            image_mb: 50.0,
+            init_ms: 300.0,
+            input_kb: 1.0,
+            slo_ms: 300.0,
+        };
+        let fast = p.calibrate("fast", &base, REF_GHZ);
+        assert_eq!(fast.cpu_ms, 2.0);
+        assert_eq!(crate::model::cold_start_ms(&fast, 100.0), 9.0);
+        assert_eq!(fast.memory_mb, 16.0);
+        // No cold start seen: the model's (base image at 1 Gbit/s plus init) stays.
+        let slow = p.calibrate("slow", &base, 2.0 * REF_GHZ);
+        assert_eq!(slow.cpu_ms, 400.0);
+        assert_eq!(slow.init_ms, 700.0);
+        assert_eq!(p.calibrate("other", &base, REF_GHZ), base);
+        assert_eq!(p.links["cloud"], 26.0);
+    }
+
+    #[test]
+    fn bad_figures_are_refused_with_the_field_and_value() {
+        let bad = FILE.replace("\"warm_ms\": 200.0", "\"warm_ms\": -1");
+        let e = MeasuredProfiles::parse(&bad, "bad.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("bad.json") && e.contains("functions.slow.warm_ms = -1"),
+            "{e}"
+        );
+        let e = MeasuredProfiles::parse("{\"node\": 1}", "x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("x.json") && e.contains("expected a string"),
+            "{e}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod topology_tests {
+    use super::*;
+
+    #[test]
+    fn the_simulator_reads_a_measured_profile_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tu-berlin.json");
+        std::fs::write(
+            &path,
+            r#"{"node": "tu-berlin", "at_ms": 1,
+                "functions": {
+                  "sieve": {"calls": 40, "warm_ms": 3.0, "cold_ms": 12.0, "memory_mb": 32},
+                  "fresh": {"calls": 9, "warm_ms": 50.0, "memory_mb": 128}
+                },
+                "links": {"potsdam": 6.0, "cloud": 30.0}}"#,
+        )
+        .unwrap();
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/berlin.toml");
+        let mut topo = Topology::load_config(&file).unwrap();
+        let link = LinkModel::default();
+        MeasuredProfiles::load(&path)
+            .unwrap()
+            .calibrate_topology(&mut topo, &link)
+            .unwrap();
+        let f = topo.functions.as_ref().unwrap();
+        let sieve = &f.iter().find(|(n, _)| n == "sieve").unwrap().1;
+        assert_eq!(sieve.cpu_ms, 3.0);
+        assert_eq!(crate::model::cold_start_ms(sieve, 1000.0), 12.0);
+        // Not in the topology: added, calibrated.
+        let fresh = &f.iter().find(|(n, _)| n == "fresh").unwrap().1;
+        assert_eq!(fresh.cpu_ms, 50.0);
+        // The cloud is 30 ms there and back: its propagation plus the access delay.
+        let cloud = topo.ids.iter().position(|n| n == "cloud").unwrap();
+        let tu = topo.ids.iter().position(|n| n == "tu-berlin").unwrap();
+        let dist = topo.nodes[tu]
+            .location
+            .distance_km(&topo.nodes[cloud].location);
+        let comm = crate::model::comm_ms(&link, 0.0, dist, topo.nodes[cloud].access_ms);
+        assert!((comm - 30.0).abs() < 1e-9, "{comm}");
+        // The simulator runs on it: every request of the calibrated functions is placed.
+        let wl = crate::workload::Workload::for_topology(
+            &topo,
+            (0, 0),
+            &crate::workload::WorkloadConfig {
+                requests: 200,
+                rate_per_s: 20.0,
+                ..Default::default()
+            },
+        );
+        assert!(wl.functions.iter().any(|p| p.cpu_ms == 50.0));
+        let cfg = crate::sim::SimConfig {
+            warmup: 0,
+            ..Default::default()
+        };
+        let greedy = crate::baselines::GreedyPolicy::new(link);
+        let out = crate::sim::Simulator::run(&topo, &wl, cfg, &greedy);
+        assert_eq!(out.len(), 200);
+        // A file from a node the topology lacks is refused, naming it.
+        let mut other = Topology::load_config(&file).unwrap();
+        let mut p = MeasuredProfiles::load(&path).unwrap();
+        p.node = "lisbon".into();
+        let e = p
+            .calibrate_topology(&mut other, &link)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"lisbon\""), "{e}");
+    }
+}
