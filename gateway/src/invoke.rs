@@ -269,9 +269,8 @@ async fn decide_and_run(
             state.metrics.decision(took);
             sched = Some(took);
             *predicted = decision.as_ref().map(|d| d.predicted_ms);
-            facts.policy = decision.map_or(Policy::NoDecision, |d| {
-                Policy::Chose(d.placement, s.name())
-            });
+            facts.policy =
+                decision.map_or(Policy::NoDecision, |d| Policy::Chose(d.placement, s.name()));
         }
     }
     // Waiting for admission only; the decision is reported as `sched`.
