@@ -30,6 +30,7 @@ mod fork;
 mod fork_server;
 mod node_pool;
 mod pool;
+mod prewarm;
 mod proc;
 mod scratch;
 mod spec;
@@ -51,6 +52,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use error::LocalError;
+pub use prewarm::{PrewarmStats, WarmUp};
 pub use spec::{load as load_function, FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
@@ -102,6 +104,8 @@ struct Inner {
     returned: tokio::sync::Notify,
     timeout: Duration,
     stop: CancellationToken,
+    /// Instances started ahead of a call ([`LocalRuntime::warm_one`]) and what became of them.
+    prewarm: Arc<prewarm::PrewarmCounts>,
     /// Holds the bootstrap scripts and the zygote's socket; deleted when the runtime goes away
     /// (or by the next runtime to start, when this one was killed).
     _scripts: scratch::Scratch,
@@ -245,6 +249,7 @@ impl LocalRuntime {
             returned: tokio::sync::Notify::new(),
             timeout,
             stop: stop.clone(),
+            prewarm: Arc::default(),
             _scripts: scripts,
         });
         let runtime = Self { inner };
@@ -327,6 +332,7 @@ impl LocalRuntime {
             launch: Arc::clone(launch),
             keep_alive: inner.keep_alive,
             source,
+            prewarm: Arc::clone(&inner.prewarm),
         };
         let pool = pool::build(manager, inner.max_instances).map_err(LocalError::Config)?;
         Ok(Arc::new(Loaded { pool }))
@@ -572,6 +578,9 @@ impl LocalRuntime {
         };
         let cold = worker.cold.take();
         let manager = pool.manager();
+        if std::mem::take(&mut worker.prewarmed) {
+            manager.prewarm.used();
+        }
         let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
         let headers = headers_json(&call.headers);
         let exec_started = Instant::now();
