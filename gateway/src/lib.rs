@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod node;
 pub mod offload;
 pub mod peers;
+pub mod prewarm;
 pub mod routes;
 pub mod routing;
 pub mod schedule;

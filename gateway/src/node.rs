@@ -83,6 +83,8 @@ pub struct NodeState {
     pub activations: Arc<crate::activations::Activations>,
     /// The other nodes' latest load reports (kept across reloads).
     pub loads: Arc<crate::loads::LoadBoard>,
+    /// Clients tracked for pre-warming where they are heading (`[prewarm]`).
+    pub prewarm: Arc<crate::prewarm::Prewarm>,
     /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
     pub deploys: Option<Arc<crate::deploy::Deployer>>,
     /// HTTPS client for node-to-node requests other than calls (load reports); with an
@@ -233,6 +235,10 @@ impl NodeState {
             ),
             activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
             loads,
+            prewarm: crate::prewarm::Prewarm::carried(
+                before.map(|b| &b.prewarm),
+                &topology.prewarm,
+            ),
             deploys,
             peer_client,
             opts,

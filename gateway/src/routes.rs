@@ -67,6 +67,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/metrics", get(metrics))
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
+        .merge(crate::prewarm::warm::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -239,6 +240,9 @@ async fn handle_call(
         state.metrics.handover(&target.id);
         return handover(&state, &routing::handover_url(target, &path_and_query));
     }
+    // Served here: track the client and warm the function where it is heading (`prewarm`).
+    let (key_id, loc) = (caller.key_id(), location.as_ref());
+    crate::prewarm::observe_call(&state, &parts.headers, key_id, &name, loc, signed, received);
     let idempotency_key = idempotency::key(&parts.headers, &name)?;
     let body = body::read(
         &parts.headers,
@@ -455,6 +459,7 @@ async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<
     if let Err(e) = state.access.admin(&headers) {
         return e.into_response();
     }
+    crate::prewarm::publish(&state);
     (
         [(
             header::CONTENT_TYPE,
