@@ -18,6 +18,7 @@ mod lifecycle;
 mod loadtest;
 mod offload;
 mod placement;
+mod prewarm;
 mod properties;
 mod proxy;
 mod remote_deploy;
