@@ -25,7 +25,10 @@ async fn a_warmed_instance_takes_the_next_call_warm() {
         wasted: 0,
     };
     assert_eq!(rt.prewarm_stats(), want);
-    assert_eq!(rt.warm_one("no-such-function").await.unwrap(), WarmUp::NotServed);
+    assert_eq!(
+        rt.warm_one("no-such-function").await.unwrap(),
+        WarmUp::NotServed
+    );
 }
 
 #[tokio::test]
@@ -39,7 +42,10 @@ async fn a_warmed_instance_stopped_unused_was_started_in_vain() {
         wasted: 1,
     };
     assert_eq!(rt.prewarm_stats(), want);
-    assert!(ok_text(&rt, "pid", "").await.1.cold_start, "nothing warm is left");
+    assert!(
+        ok_text(&rt, "pid", "").await.1.cold_start,
+        "nothing warm is left"
+    );
     // An instance a call started is no pre-warmed one: stopping it counts nothing.
     assert_eq!(rt.evict_idle(Duration::ZERO), 1);
     assert_eq!(rt.prewarm_stats(), want);
