@@ -214,3 +214,38 @@ async fn no_prewarm_for_a_client_without_an_id_or_one_standing_still() {
     );
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_up_request_needs_a_node_signature() {
+    let c = Cluster::start_with(|ports| topology(ports, 10.0)).await;
+    let forged = "X-GeoFaaS-Offload: west;1;00";
+    for (h2, headers) in [(true, vec![]), (false, vec![forged])] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("curl");
+        cmd.current_dir(dir.path())
+            .args([
+                "-sS",
+                "-i",
+                "-X",
+                "POST",
+                if h2 { "--http2" } else { "--http1.1" },
+            ])
+            .arg("--cacert")
+            .arg(c.ca_file.path());
+        for h in headers {
+            cmd.args(["-H", h]);
+        }
+        let out = cmd
+            .arg(format!("{}/node/warm/echo", c.url("east")))
+            .output()
+            .unwrap();
+        let a = Answer::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(a.status, 401, "h2={h2}: {a:?}");
+        assert!(a.body.contains("\"unauthorized\""), "{}", a.body);
+    }
+    assert_eq!(
+        metric(&c, "east", "geofaas_prewarm_instances_started_total", &[]).await,
+        0.0
+    );
+    c.stop().await;
+}
