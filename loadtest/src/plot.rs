@@ -334,50 +334,6 @@ fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
     points.iter().copied().step_by(step).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn moving_average_covers_the_trailing_window() {
-        let pts = [(0.0, 10.0), (0.5, 20.0), (1.2, 30.0), (3.0, 40.0)];
-        let ma = moving_average(&pts, 1.0);
-        assert_eq!(ma[0], (0.0, 10.0));
-        assert_eq!(ma[1], (0.5, 15.0));
-        assert_eq!(ma[2], (1.2, 25.0)); // 0.0 has left the window, 0.5 has not
-        assert_eq!(ma[3], (3.0, 40.0));
-    }
-
-    #[test]
-    fn figures_render_without_system_fonts() {
-        let dir = tempfile::tempdir().unwrap();
-        let steps: Vec<Step> = (0..20)
-            .map(|i| Step {
-                latency_ms: 5.0 + f64::from(i % 3),
-                distance_km: f64::from(i),
-            })
-            .collect();
-        let p = dir.path().join("m.png");
-        mobility(&p, &steps, &[(7, "potsdam".into())]).unwrap();
-        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
-        let rounds = [1, 2, 4].map(|c| Round {
-            clients: c,
-            edge: u64::from(c) * 10,
-            offloaded: u64::from(c),
-            failed: 0,
-            duration_s: 10.0,
-        });
-        let p = dir.path().join("h.png");
-        highload(&p, &rounds).unwrap();
-        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
-        let p = dir.path().join("o.png");
-        let edge: Vec<_> = (0..50).map(|i| (f64::from(i) * 0.1, 2.0)).collect();
-        let cloud: Vec<_> = (50..100).map(|i| (f64::from(i) * 0.1, 5.0)).collect();
-        outage(&p, &edge, &cloud, &[(5.0, 9.0)], Some(5.0)).unwrap();
-        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
-    }
-}
-
 /// The mobility walk twice on cold fleets: latency per step without pre-warming (red) and
 /// with it (blue), log scale, with a vertical line at each handover `(step, new node)` of the
 /// run with pre-warming.
@@ -450,4 +406,48 @@ pub fn prewarm_compare(
     }
     legend(&mut chart)?;
     root.present().map_err(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moving_average_covers_the_trailing_window() {
+        let pts = [(0.0, 10.0), (0.5, 20.0), (1.2, 30.0), (3.0, 40.0)];
+        let ma = moving_average(&pts, 1.0);
+        assert_eq!(ma[0], (0.0, 10.0));
+        assert_eq!(ma[1], (0.5, 15.0));
+        assert_eq!(ma[2], (1.2, 25.0)); // 0.0 has left the window, 0.5 has not
+        assert_eq!(ma[3], (3.0, 40.0));
+    }
+
+    #[test]
+    fn figures_render_without_system_fonts() {
+        let dir = tempfile::tempdir().unwrap();
+        let steps: Vec<Step> = (0..20)
+            .map(|i| Step {
+                latency_ms: 5.0 + f64::from(i % 3),
+                distance_km: f64::from(i),
+            })
+            .collect();
+        let p = dir.path().join("m.png");
+        mobility(&p, &steps, &[(7, "potsdam".into())]).unwrap();
+        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
+        let rounds = [1, 2, 4].map(|c| Round {
+            clients: c,
+            edge: u64::from(c) * 10,
+            offloaded: u64::from(c),
+            failed: 0,
+            duration_s: 10.0,
+        });
+        let p = dir.path().join("h.png");
+        highload(&p, &rounds).unwrap();
+        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
+        let p = dir.path().join("o.png");
+        let edge: Vec<_> = (0..50).map(|i| (f64::from(i) * 0.1, 2.0)).collect();
+        let cloud: Vec<_> = (50..100).map(|i| (f64::from(i) * 0.1, 5.0)).collect();
+        outage(&p, &edge, &cloud, &[(5.0, 9.0)], Some(5.0)).unwrap();
+        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
+    }
 }

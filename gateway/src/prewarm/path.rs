@@ -96,7 +96,7 @@ pub fn crossing<'a>(
     (1..=samples).find_map(|k| {
         let after = horizon.mul_f64(k as f64 / samples as f64);
         let target = map.responsible(ahead(h, after));
-        (target.id != me).then(|| Crossing {
+        (target.id != me).then_some(Crossing {
             target,
             in_s: after.as_secs_f64(),
         })
