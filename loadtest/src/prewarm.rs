@@ -329,7 +329,8 @@ fn metric(text: &str, name: &str, label: Option<&str>) -> f64 {
         })
         .filter(|l| label.is_none_or(|want| l.contains(want)))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+        // An empty float sum is -0.0; a count of nothing is 0.
+        .fold(0.0, |a, b| a + b)
 }
 
 /// The value of label `name` in one Prometheus text line.
