@@ -16,6 +16,7 @@ pub mod function;
 pub mod geohash;
 pub mod headers;
 pub mod location;
+pub mod prewarm;
 pub mod registry;
 pub mod security;
 mod service_map;
@@ -29,6 +30,7 @@ pub use fleet::{RegistrySettings, RegistryTls};
 pub use function::FunctionConfig;
 pub use geohash::{Geohash, GeohashError};
 pub use location::{GeoLocator, LatLon, LocationError};
+pub use prewarm::PrewarmSettings;
 pub use security::{ApiKeyConfig, AuthSettings, LimitSettings};
 pub use service_map::{NodeEntry, ServiceMap};
 pub use topology::{

@@ -51,6 +51,9 @@ pub struct Topology {
     /// Limits and retention of deployed functions (`[deploy]`).
     #[serde(default)]
     pub deploy: crate::DeploySettings,
+    /// Warming functions where moving clients are heading (`[prewarm]`).
+    #[serde(default)]
+    pub prewarm: crate::PrewarmSettings,
     /// The etcd registry of a fleet (`[registry]`); without it the file is the whole deployment.
     /// Default none.
     #[serde(default)]
@@ -435,6 +438,7 @@ impl Topology {
             .check()
             .and_then(|()| self.limits.check())
             .and_then(|()| self.deploy.check())
+            .and_then(|()| self.prewarm.check())
             .and_then(|()| self.registry.as_ref().map_or(Ok(()), |r| r.check()))
             .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())

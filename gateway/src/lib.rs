@@ -37,6 +37,7 @@ pub mod offload;
 pub mod peers;
 pub mod placement;
 pub mod profiles;
+pub mod prewarm;
 pub mod routes;
 pub mod routing;
 pub mod schedule;

@@ -40,6 +40,18 @@ const PREDICTION_BUCKETS: [f64; 13] = [
     0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 10.0,
 ];
 
+/// Pre-warm requests this node sent, by target node `to` and `outcome` (`started`,
+/// `already_warm`, `full`, `cannot_warm`, `unknown_function`, `failed`, `other`).
+pub const PREWARM_REQUESTS: &str = "geofaas_prewarm_requests_total";
+/// Instances this node's local runtimes started ahead of a call (asked by another node).
+pub const PREWARM_STARTED: &str = "geofaas_prewarm_instances_started_total";
+/// Of those, the ones a call took.
+pub const PREWARM_USED: &str = "geofaas_prewarm_instances_used_total";
+/// Of those, the ones stopped before any call took them: started in vain.
+pub const PREWARM_WASTED: &str = "geofaas_prewarm_instances_wasted_total";
+/// Clients this node tracks for pre-warming now.
+pub const PREWARM_TRACKED: &str = "geofaas_prewarm_tracked_clients";
+
 /// Buckets of [`DECISION_SECONDS`]: 1 µs to 10 ms.
 const DECISION_BUCKETS: [f64; 10] = [
     0.000_001, 0.000_002, 0.000_005, 0.000_01, 0.000_02, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01,
@@ -262,6 +274,33 @@ impl NodeMetrics {
     pub fn prediction(&self, placement: &'static str, ratio: f64) {
         self.histogram(PREDICTION_ERROR, &[("placement", placement)])
             .record(ratio);
+    }
+
+    /// A pre-warm request sent to node `to`, and what it answered.
+    pub fn prewarm_request(&self, to: &str, outcome: &'static str) {
+        self.count(PREWARM_REQUESTS, &[("to", to), ("outcome", outcome)]);
+    }
+
+    /// The totals of instances started ahead of a call here, used, and stopped unused.
+    pub fn prewarm_instances(&self, started: u64, used: u64, wasted: u64) {
+        for (name, value) in [
+            (PREWARM_STARTED, started),
+            (PREWARM_USED, used),
+            (PREWARM_WASTED, wasted),
+        ] {
+            let key = Key::from_parts(name, self.labels(&[]));
+            self.recorder
+                .register_counter(&key, &METADATA)
+                .absolute(value);
+        }
+    }
+
+    /// The clients tracked for pre-warming now.
+    pub fn prewarm_tracked(&self, clients: u64) {
+        let key = Key::from_parts(PREWARM_TRACKED, self.labels(&[]));
+        self.recorder
+            .register_gauge(&key, &METADATA)
+            .set(clients as f64);
     }
 }
 

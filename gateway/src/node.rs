@@ -86,6 +86,8 @@ pub struct NodeState {
     pub loads: Arc<crate::loads::LoadBoard>,
     /// What this node measured of its calls and links (kept across reloads).
     pub profiles: Arc<crate::profiles::ProfileBook>,
+    /// Clients tracked for pre-warming where they are heading (`[prewarm]`).
+    pub prewarm: Arc<crate::prewarm::Prewarm>,
     /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
     pub deploys: Option<Arc<crate::deploy::Deployer>>,
     /// The call stream's subscribers and recent latencies (kept across reloads).
@@ -244,6 +246,10 @@ impl NodeState {
             events: before.map(|b| b.events.clone()).unwrap_or_default(),
             loads,
             profiles,
+            prewarm: crate::prewarm::Prewarm::carried(
+                before.map(|b| &b.prewarm),
+                &topology.prewarm,
+            ),
             deploys,
             peer_client,
             opts,

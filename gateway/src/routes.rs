@@ -71,6 +71,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .merge(crate::ui::routes())
         .merge(crate::logs::routes())
         .merge(crate::profiles::routes())
+        .merge(crate::prewarm::warm::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -256,6 +257,9 @@ async fn handle_call(
         seen.handed_over(&target.id);
         return handover(&state, &routing::handover_url(target, &path_and_query));
     }
+    // Served here: track the client and warm the function where it is heading (`prewarm`).
+    let (key_id, loc) = (caller.key_id(), location.as_ref());
+    crate::prewarm::observe_call(&state, &parts.headers, key_id, &name, loc, signed, received);
     let idempotency_key = idempotency::key(&parts.headers, &name)?;
     let body = body::read(
         &parts.headers,
@@ -475,6 +479,7 @@ async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<
     if let Err(e) = state.access.admin(&headers) {
         return e.into_response();
     }
+    crate::prewarm::publish(&state);
     (
         [(
             header::CONTENT_TYPE,

@@ -140,6 +140,20 @@ pub struct MobilityArgs {
     /// latency peaks are handovers, not cold starts.
     #[arg(long)]
     pub warm: bool,
+    /// Walk twice, each time on a freshly started (cold) fleet: without pre-warming
+    /// (`[prewarm] prewarm_s = 0`) and with it (`--prewarm-s`), as a client with an
+    /// `X-Client-Id` calling at `--rate` (default 5 per second); then a second client stands at
+    /// the walk's last point before its first handover for `--standing-calls` calls. Needs
+    /// --spawn. Writes requests-without.csv, requests-with.csv, summary.json and
+    /// mobility-prewarm.png.
+    #[arg(long, conflicts_with = "warm")]
+    pub compare_prewarm: bool,
+    /// With --compare-prewarm: how far ahead nodes look along the walker's path, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub prewarm_s: f64,
+    /// With --compare-prewarm: calls of the client standing still.
+    #[arg(long, default_value_t = 20)]
+    pub standing_calls: u64,
 }
 
 /// Arguments of `geofaas loadtest highload`.
@@ -188,6 +202,7 @@ pub struct OutageArgs {
 /// Runs one mode.
 pub async fn run(args: LoadtestArgs) -> anyhow::Result<()> {
     match args.mode {
+        Mode::Mobility(a) if a.compare_prewarm => crate::prewarm::run(&a).await,
         Mode::Mobility(a) => {
             let ctx = Ctx::setup(&a.common, 1000).await?;
             crate::mobility::run(&ctx, &a).await
@@ -223,10 +238,19 @@ pub struct Ctx {
 impl Ctx {
     /// Loads the topology, starts the nodes with --spawn, prepares the output folder.
     pub async fn setup(a: &CommonArgs, default_timeout_ms: u64) -> anyhow::Result<Self> {
+        let topology = Topology::load(&a.topology)?;
+        Self::setup_topology(a, default_timeout_ms, topology).await
+    }
+
+    /// [`Ctx::setup`] with `topology` loaded (and changed) by the caller.
+    pub async fn setup_topology(
+        a: &CommonArgs,
+        default_timeout_ms: u64,
+        topology: Topology,
+    ) -> anyhow::Result<Self> {
         if a.netem {
             crate::netem::check()?;
         }
-        let topology = Topology::load(&a.topology)?;
         if topology.function(&a.function).is_none() && !topology.functions.is_empty() {
             // The nodes may still serve it (a backend lists its own functions): warn only.
             eprintln!(

@@ -62,6 +62,9 @@ pub struct ClientConfig {
     pub fallback_ttl: Duration,
     /// The header that carries a call's location. Default `X-Client-Location`.
     pub location_header: LocationHeader,
+    /// Sent as `X-Client-Id` with every call, so nodes can track the client and warm a
+    /// function where it is heading. Default none (not tracked).
+    pub client_id: Option<String>,
 }
 
 impl ClientConfig {
@@ -76,6 +79,7 @@ impl ClientConfig {
             retry: true,
             fallback_ttl: Duration::from_secs(5),
             location_header: LocationHeader::ClientLocation,
+            client_id: None,
         }
     }
 
@@ -126,6 +130,8 @@ pub struct CallReport {
     pub version: Option<Version>,
     /// `Server-Timing` of the final answer.
     pub server_timing: Option<String>,
+    /// `X-Cold-Start` of the final answer: whether the node started an instance for it.
+    pub cold_start: Option<bool>,
     /// The answer's body (the function's output).
     pub body: bytes::Bytes,
     /// Why the call failed, when it got no answer.
@@ -154,6 +160,7 @@ pub struct GeoClient {
     route: Mutex<RouteCache>,
     timeout: Duration,
     location_header: LocationHeader,
+    client_id: Option<HeaderValue>,
 }
 
 enum Step {
@@ -188,6 +195,12 @@ impl GeoClient {
             )),
             timeout: cfg.timeout,
             location_header: cfg.location_header,
+            client_id: cfg
+                .client_id
+                .as_deref()
+                .map(HeaderValue::from_str)
+                .transpose()
+                .context("the client id is not a valid header value")?,
         })
     }
 
@@ -266,6 +279,9 @@ impl GeoClient {
                 headers.insert(name, value);
             }
         }
+        if let Some(id) = &self.client_id {
+            headers.insert(headers::CLIENT_ID, id.clone());
+        }
         if target.retry_header {
             headers.insert(headers::RETRY, HeaderValue::from_static("1"));
         }
@@ -309,6 +325,7 @@ impl GeoClient {
         let served_by = header(headers::SERVED_BY);
         let offloaded_from = header(headers::OFFLOADED_FROM);
         let server_timing = header(headers::SERVER_TIMING);
+        let cold_start = header(headers::COLD_START).map(|v| v == "true");
         let (status, version) = (resp.status(), resp.version());
         match resp.bytes().await {
             Ok(body) => Step::Answer(Box::new(CallReport {
@@ -320,6 +337,7 @@ impl GeoClient {
                 latency: Duration::ZERO,
                 version: Some(version),
                 server_timing,
+                cold_start,
                 body,
                 error: None,
             })),
@@ -338,6 +356,7 @@ fn failed(attempts: u32, redirects: u32, start: Instant, error: String) -> CallR
         latency: start.elapsed(),
         version: None,
         server_timing: None,
+        cold_start: None,
         body: bytes::Bytes::new(),
         error: Some(error),
     }

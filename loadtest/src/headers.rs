@@ -2,5 +2,6 @@
 //! platform's one list, `geofaas_config::headers`, shared with the gateway and the adapters.
 
 pub use geofaas_config::headers::{
-    CLIENT_LOCATION, GEOHASH, IDEMPOTENCY_KEY, OFFLOADED_FROM, RETRY, SERVED_BY, SERVER_TIMING,
+    CLIENT_ID, CLIENT_LOCATION, COLD_START, GEOHASH, IDEMPOTENCY_KEY, OFFLOADED_FROM, RETRY,
+    SERVED_BY, SERVER_TIMING,
 };

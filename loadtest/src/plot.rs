@@ -334,6 +334,80 @@ fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
     points.iter().copied().step_by(step).collect()
 }
 
+/// The mobility walk twice on cold fleets: latency per step without pre-warming (red) and
+/// with it (blue), log scale, with a vertical line at each handover `(step, new node)` of the
+/// run with pre-warming.
+pub fn prewarm_compare(
+    path: &Path,
+    without: &[f64],
+    with: &[f64],
+    handovers: &[(usize, String)],
+) -> anyhow::Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let n = without.len().max(with.len()).max(2) as f64;
+    let all = without
+        .iter()
+        .chain(with)
+        .copied()
+        .filter(|v| v.is_finite());
+    let max = all.clone().fold(1.0, f64::max) * 1.5;
+    let min = all.fold(f64::INFINITY, f64::min).clamp(0.01, 1.0) * 0.8;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Mobility on a cold fleet: with and without pre-warming",
+            ("sans-serif", 24),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n - 1.0, (min..max).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("step (one call per location)")
+        .y_desc("latency (ms, log scale)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    for (step, node) in handovers {
+        let x = *step as f64;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x, min), (x, max)],
+                BLACK.mix(0.5).stroke_width(1),
+            )))
+            .map_err(e)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("→ {node}"),
+                (x + 0.5, max * 0.7),
+                ("sans-serif", 15),
+            )))
+            .map_err(e)?;
+    }
+    for (series, color, label) in [
+        (without, CLOUD, "without pre-warming"),
+        (with, EDGE, "with pre-warming"),
+    ] {
+        let points = series
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, v)| (i as f64, v.max(min)));
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(e)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    legend(&mut chart)?;
+    root.present().map_err(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

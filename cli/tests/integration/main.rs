@@ -21,6 +21,7 @@ mod logs;
 mod offload;
 mod placement;
 mod profiles;
+mod prewarm;
 mod properties;
 mod proxy;
 mod remote_deploy;

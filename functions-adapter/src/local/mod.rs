@@ -31,6 +31,7 @@ mod fork_server;
 pub mod logs;
 mod node_pool;
 mod pool;
+mod prewarm;
 mod proc;
 mod scratch;
 mod spec;
@@ -54,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::LocalError;
 pub use logs::{FunctionLogs, LogLine, LogStream};
+pub use prewarm::{PrewarmStats, WarmUp};
 pub use spec::{load as load_function, FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
@@ -105,6 +107,8 @@ struct Inner {
     returned: tokio::sync::Notify,
     timeout: Duration,
     stop: CancellationToken,
+    /// Instances started ahead of a call ([`LocalRuntime::warm_one`]) and what became of them.
+    prewarm: Arc<prewarm::PrewarmCounts>,
     /// Holds the bootstrap scripts and the zygote's socket; deleted when the runtime goes away
     /// (or by the next runtime to start, when this one was killed).
     _scripts: scratch::Scratch,
@@ -249,6 +253,7 @@ impl LocalRuntime {
             returned: tokio::sync::Notify::new(),
             timeout,
             stop: stop.clone(),
+            prewarm: Arc::default(),
             _scripts: scripts,
         });
         let runtime = Self { inner };
@@ -331,6 +336,7 @@ impl LocalRuntime {
             launch: Arc::clone(launch),
             keep_alive: inner.keep_alive,
             source,
+            prewarm: Arc::clone(&inner.prewarm),
         };
         let pool = pool::build(manager, inner.max_instances).map_err(LocalError::Config)?;
         Ok(Arc::new(Loaded { pool }))
@@ -581,6 +587,9 @@ impl LocalRuntime {
         };
         let cold = worker.cold.take();
         let manager = pool.manager();
+        if std::mem::take(&mut worker.prewarmed) {
+            manager.prewarm.used();
+        }
         let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
         let headers = headers_json(&call.headers);
         let exec_started = Instant::now();

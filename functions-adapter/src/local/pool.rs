@@ -56,6 +56,8 @@ pub(crate) struct WorkerManager {
     pub keep_alive: Duration,
     /// Where new instances come from (a process each, the fork server, or spares).
     pub source: InstanceSource,
+    /// Counts pre-warmed instances stopped before serving a call.
+    pub prewarm: Arc<super::prewarm::PrewarmCounts>,
 }
 
 impl managed::Manager for WorkerManager {
@@ -71,13 +73,23 @@ impl managed::Manager for WorkerManager {
 
     async fn recycle(&self, worker: &mut Worker, _: &Metrics) -> RecycleResult<StartError> {
         let force_new = GetContext::admit();
-        if !worker.is_alive() {
-            return Err(RecycleError::message("worker exited"));
-        }
-        if worker.idle_since.elapsed() >= self.keep_alive {
-            return Err(RecycleError::message("keep-alive expired"));
+        let unusable = if !worker.is_alive() {
+            Some("worker exited")
+        } else if worker.idle_since.elapsed() >= self.keep_alive {
+            Some("keep-alive expired")
+        } else {
+            None
+        };
+        if let Some(why) = unusable {
+            if worker.prewarmed {
+                self.prewarm.wasted(1);
+            }
+            return Err(RecycleError::message(why));
         }
         if force_new {
+            if worker.prewarmed {
+                self.prewarm.wasted(1);
+            }
             let fresh = Worker::start(&self.spec, &self.launch, &self.source).await?;
             tracing::debug!(
                 function = %self.spec.name,
@@ -105,6 +117,10 @@ pub(crate) fn build(manager: WorkerManager, max_instances: usize) -> Result<Work
 pub(crate) fn evict_idle(pool: &WorkerPool, keep_alive: Duration) -> usize {
     let removed = pool.retain(|worker, _| worker.idle_since.elapsed() < keep_alive);
     let count = removed.removed.len();
+    let prewarmed = removed.removed.iter().filter(|w| w.prewarmed).count();
+    if prewarmed > 0 {
+        pool.manager().prewarm.wasted(prewarmed);
+    }
     if count > 0 {
         tracing::debug!(function = %pool.manager().spec.name, count, "idle instances stopped");
     }

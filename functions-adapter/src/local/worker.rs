@@ -131,6 +131,8 @@ pub(crate) struct Worker {
     pub cold: Option<Duration>,
     /// When this instance last finished a call (or started).
     pub idle_since: Instant,
+    /// Started ahead of a call ([`super::LocalRuntime::warm_one`]) and no call took it yet.
+    pub prewarmed: bool,
 }
 
 impl Worker {
@@ -155,6 +157,7 @@ impl Worker {
             process,
             cold: Some(started.elapsed()),
             idle_since: Instant::now(),
+            prewarmed: false,
         })
     }
 

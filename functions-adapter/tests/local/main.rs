@@ -8,6 +8,7 @@ mod failures;
 mod latency;
 mod lifecycle;
 mod node_pool;
+mod prewarm;
 mod runtimes;
 mod zygote;
 

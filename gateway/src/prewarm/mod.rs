@@ -1,0 +1,222 @@
+//! Pre-warming where a moving client is heading.
+//!
+//! A node tracks each client that identifies itself (`X-Client-Id`, else the id of its API
+//! key) and that it serves with a known location: the last `prewarm.track_points` locations
+//! with their arrival times, in a bounded cache (`max_clients`, least recently seen dropped
+//! first) that forgets a client `forget_s` after its last call. Clients are keyed by a hash
+//! of their id under a per-node random key; nothing is tracked without an id, and nothing of
+//! it leaves the node. From those fixes it extrapolates the path at constant velocity
+//! ([`path`]); when the path enters another node's area within `prewarm_s`, it asks that node,
+//! once per client, function and node every `again_s`, to make one instance of the function
+//! warm: `POST /node/warm/{function}`, signed with the offload secret like every
+//! node-to-node request ([`warm`] answers it). A client standing still (slower than
+//! `min_speed_mps`) is never predicted. The request leaves in the background; the call that
+//! caused it does not wait.
+//!
+//! Metrics: requests sent by outcome (`geofaas_prewarm_requests_total`), and, at the node that
+//! warms, the instances started, later used by a call, and stopped unused.
+
+pub mod path;
+pub mod warm;
+
+use std::collections::hash_map::RandomState;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use geofaas_config::PrewarmSettings;
+use moka::sync::Cache;
+
+use crate::geo::ClientLocation;
+use crate::headers::name::CLIENT_ID;
+use crate::node::NodeState;
+use path::Fix;
+
+/// How long a node waits for another node's answer to a pre-warm request.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One node's tracked clients and the pre-warm requests it sent lately.
+pub struct Prewarm {
+    settings: PrewarmSettings,
+    /// Keys client ids; a random key per node, so ids cannot be made to collide.
+    ids: RandomState,
+    clients: Cache<u64, Arc<Mutex<VecDeque<Fix>>>>,
+    /// (client, function, target node) asked within `again_s`.
+    asked: Cache<(u64, String, String), ()>,
+}
+
+impl std::fmt::Debug for Prewarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prewarm")
+            .field("prewarm_s", &self.settings.prewarm_s)
+            .field("clients", &self.clients.entry_count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a client's path goes next, as [`Prewarm::observe`] found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    /// The node whose area the path enters.
+    pub target: String,
+    /// The function to warm there.
+    pub function: String,
+}
+
+impl Prewarm {
+    /// Empty tracking with `settings`.
+    pub fn new(settings: &PrewarmSettings) -> Self {
+        Self {
+            settings: settings.clone(),
+            ids: RandomState::new(),
+            clients: Cache::builder()
+                .max_capacity(settings.max_clients)
+                .time_to_idle(Duration::from_secs(settings.forget_s))
+                .build(),
+            asked: Cache::builder()
+                .max_capacity(settings.max_clients.saturating_mul(4))
+                .time_to_live(Duration::from_secs(settings.again_s.max(1)))
+                .build(),
+        }
+    }
+
+    /// The tracking a reloaded node keeps: `before`'s when the settings did not change.
+    pub fn carried(before: Option<&Arc<Prewarm>>, settings: &PrewarmSettings) -> Arc<Self> {
+        match before {
+            Some(b) if b.settings == *settings => b.clone(),
+            _ => Arc::new(Self::new(settings)),
+        }
+    }
+
+    /// Clients tracked now.
+    pub fn tracked(&self) -> u64 {
+        self.clients.run_pending_tasks();
+        self.clients.entry_count()
+    }
+
+    /// Records that the client `id` (`None`: not identified, not tracked) was at `point` at
+    /// `at`, and what to warm where if its path is about to leave `me`'s area: at most once per
+    /// client, function and target node every `again_s`.
+    pub fn observe(
+        &self,
+        map: &geofaas_config::ServiceMap,
+        me: &str,
+        id: Option<&[u8]>,
+        function: &str,
+        point: geofaas_config::LatLon,
+        at: Instant,
+    ) -> Option<Ask> {
+        if !self.settings.enabled() {
+            return None;
+        }
+        let client = self.ids.hash_one(id?);
+        let fixes = self.remember(client, Fix { at, point });
+        let h = path::heading(&fixes, self.settings.min_speed_mps)?;
+        let horizon = Duration::from_secs_f64(self.settings.prewarm_s);
+        let crossing = path::crossing(map, me, &h, horizon)?;
+        let key = (client, function.to_owned(), crossing.target.id.clone());
+        if self.asked.contains_key(&key) {
+            return None;
+        }
+        self.asked.insert(key, ());
+        Some(Ask {
+            target: crossing.target.id.clone(),
+            function: function.to_owned(),
+        })
+    }
+
+    /// Adds `fix` to the client's track and returns the track: its newest `track_points`
+    /// fixes within `forget_s` of this one.
+    fn remember(&self, client: u64, fix: Fix) -> Vec<Fix> {
+        let track = self.clients.get_with(client, Arc::default);
+        let mut track = track.lock().unwrap_or_else(|e| e.into_inner());
+        let span = Duration::from_secs(self.settings.forget_s);
+        track.push_back(fix);
+        while track.len() > self.settings.track_points
+            || track
+                .front()
+                .is_some_and(|f| fix.at.saturating_duration_since(f.at) > span)
+        {
+            track.pop_front();
+        }
+        track.iter().copied().collect()
+    }
+}
+
+/// Who the caller is, for tracking: its `X-Client-Id`, else its API key's id; `None`
+/// (never tracked) without either.
+pub fn client_id<'a>(headers: &'a HeaderMap, key_id: Option<&'a str>) -> Option<Vec<u8>> {
+    match (headers.get(CLIENT_ID), key_id) {
+        (Some(id), _) if !id.is_empty() => Some([b"id:", id.as_bytes()].concat()),
+        (_, Some(key)) => Some([b"key:", key.as_bytes()].concat()),
+        _ => None,
+    }
+}
+
+/// The hook on the call path: a call about to be served here by `state` from a client at
+/// `location`. Tracks the client and, when its path is about to enter another node's area,
+/// sends that node a pre-warm request in the background. Calls another node signed
+/// (forwarded or offloaded) are tracked by that node, not here.
+pub fn observe_call(
+    state: &Arc<NodeState>,
+    headers: &HeaderMap,
+    key_id: Option<&str>,
+    function: &str,
+    location: Option<&ClientLocation>,
+    signed: bool,
+    at: Instant,
+) {
+    if signed || state.key.is_none() || !state.prewarm.settings.enabled() {
+        return;
+    }
+    let Some(location) = location else { return };
+    let id = client_id(headers, key_id);
+    let ask = state.prewarm.observe(
+        &state.map,
+        &state.id,
+        id.as_deref(),
+        function,
+        location.point,
+        at,
+    );
+    if let Some(ask) = ask {
+        tokio::spawn(send(state.clone(), ask));
+    }
+}
+
+/// Sends one pre-warm request and counts its outcome.
+async fn send(state: Arc<NodeState>, ask: Ask) {
+    let outcome = match warm::ask(&state, &ask.target, &ask.function, ASK_TIMEOUT).await {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::debug!(function = %ask.function, to = %ask.target, error = %e, "pre-warm request failed");
+            "failed".to_owned()
+        }
+    };
+    tracing::debug!(function = %ask.function, to = %ask.target, %outcome, "pre-warm requested");
+    state
+        .metrics
+        .prewarm_request(&ask.target, warm::outcome_label(&outcome));
+}
+
+/// Puts this node's pre-warm figures into its metrics (before `/metrics` renders them): the
+/// instances its local runtimes started ahead of a call, used, and stopped unused, and the
+/// clients it tracks.
+pub fn publish(state: &NodeState) {
+    let mut stats = geofaas_functions::local::PrewarmStats::default();
+    for local in state.directory.backends().iter().filter_map(|b| b.local()) {
+        let s = local.prewarm_stats();
+        stats.started += s.started;
+        stats.used += s.used;
+        stats.wasted += s.wasted;
+    }
+    state
+        .metrics
+        .prewarm_instances(stats.started, stats.used, stats.wasted);
+    state.metrics.prewarm_tracked(state.prewarm.tracked());
+}
+
+#[cfg(test)]
+mod tests;
