@@ -59,7 +59,7 @@ fn logs_of_two_nodes_merge_in_time_order_with_node_version_and_request_id() {
     ];
     for (i, (node, _, id)) in calls.iter().enumerate() {
         let header = format!("X-Request-Id: {id}");
-        let a = up.call(*node, "talk", i % 2 == 1, &["-H", &header]);
+        let a = up.call(*node, "talk", i % 2 == 1, &["-H", header.as_str()]);
         assert_eq!((a.status, a.body.as_str()), (200, "ok"), "{id}");
         assert_eq!(a.header("x-request-id"), *id);
         // Each call starts after the one before was logged: their times are in this order.
