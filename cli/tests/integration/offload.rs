@@ -111,7 +111,11 @@ async fn a_function_that_fails_after_a_side_effect_runs_once_unless_it_opts_in()
     })
     .await;
     let (status, served_by, body) = curl_at_the_edge(&c, "sidefx", &path);
-    assert_eq!((status.as_str(), served_by.as_str()), ("200", "cloud"), "{body}");
+    assert_eq!(
+        (status.as_str(), served_by.as_str()),
+        ("200", "cloud"),
+        "{body}"
+    );
     assert_eq!(body, "ok after 2 lines");
     assert_eq!(lines(), 2);
     c.stop().await;
