@@ -277,8 +277,9 @@ impl EdgeScheduler {
     }
 
     /// The latency terms of a function at node `spec`, `link_ms` away: what `measured` there
-    /// says once it covers [`PRIOR_CALLS`] calls (or any call, without a `prior`); else the
-    /// `prior`'s model terms; else this edge's own figures (`mine`), scaled by the clocks.
+    /// says once it covers [`PRIOR_CALLS`] calls (or any call, without a `prior`); else this
+    /// edge's own figures (`mine`) scaled by the clocks once they cover [`PRIOR_CALLS`] calls;
+    /// else the `prior`'s model terms; else `mine` as far as they go.
     fn facts(
         &self,
         spec: NodeSpec,
@@ -298,6 +299,19 @@ impl EdgeScheduler {
             return Measured {
                 cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
                 exec_ms: f.warm_ms,
+                link_ms,
+            };
+        }
+        // This edge's own measurement, once it has enough calls, beats the configured prior
+        // at a node that has not measured the function yet: comparing a measured figure here
+        // with a modelled one there would favour whichever the model flatters.
+        if let Some(f) = mine.filter(|f| f.calls >= PRIOR_CALLS) {
+            return Measured {
+                cold_ms: prior.map_or_else(
+                    || f.cold_ms.unwrap_or_else(fallback_cold),
+                    |p| cold_start_ms(p, spec.bandwidth_mbps),
+                ),
+                exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
                 link_ms,
             };
         }
