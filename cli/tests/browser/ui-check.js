@@ -1,5 +1,5 @@
 // Drives Debian's Chromium headless (Playwright's core) against a node's /ui, as
-// gateway/tests/integration/ui.rs runs it:
+// cli/tests/integration/ui.rs runs it:
 //   1. the page loads with no console error and no uncaught exception;
 //   2. every node (map marker and card) and every edge's area is on the page, and the call
 //      stream is live with every peer's stream connected;
