@@ -46,6 +46,9 @@ pub struct Decision {
     pub predicted_ms: f64,
 }
 
+/// How far light travels in optical fibre in a millisecond (two thirds of c).
+const FIBRE_KM_PER_MS: f64 = 200.0;
+
 /// Where the policy wants a call to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
@@ -350,12 +353,15 @@ impl EdgeScheduler {
     }
 
     /// The time to reach node `id` and come back, beyond its own handling: measured, else the
-    /// model's communication time there and back.
+    /// model's communication time there and back. A measured round trip is never taken below what light in fibre needs for the distance
+    /// the topology gives (about 200 km per ms): below it the nodes are not where the
+    /// topology places them (a fleet on one machine), and the topology's geography stands.
     fn link_to(&self, id: &str, spec: NodeSpec, p: &FunctionProfile) -> f64 {
-        self.book.link_ms(id).unwrap_or_else(|| {
-            let dist = self.here.location.distance_km(&spec.location);
-            2.0 * comm_ms(&self.link, p.input_kb, dist, spec.access_ms)
-        })
+        let dist = self.here.location.distance_km(&spec.location);
+        match self.book.link_ms(id) {
+            Some(measured) => measured.max(2.0 * dist / FIBRE_KM_PER_MS),
+            None => 2.0 * comm_ms(&self.link, p.input_kb, dist, spec.access_ms),
+        }
     }
 
     /// This edge: cores less the calls running here (one core each, as the model assumes);
