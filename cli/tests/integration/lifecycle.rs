@@ -21,9 +21,12 @@ fn quick(ports: &[u16]) -> String {
     )
 }
 
-/// A TLS connection speaking HTTP/1.1 to `port`, trusting the cluster's CA.
-async fn tls_h1(c: &Cluster, port: u16) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let pem = std::fs::read(c.ca_file.path()).unwrap();
+/// A TLS connection speaking HTTP/1.1 to `port` on 127.0.0.1, trusting the CA in file `ca`.
+pub(crate) async fn tls_h1(
+    ca: &std::path::Path,
+    port: u16,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let pem = std::fs::read(ca).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
         roots.add(cert.unwrap()).unwrap();
@@ -75,14 +78,14 @@ async fn clients_that_trickle_headers_or_bodies_are_cut_off() {
     let c = Cluster::start_with(quick).await;
     let p = port(&c, "tu-berlin");
     // Headers that never end: the connection is closed.
-    let mut s = tls_h1(&c, p).await;
+    let mut s = tls_h1(c.ca_file.path(), p).await;
     s.write_all(b"POST /fn/echo HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n")
         .await
         .unwrap();
     let got = read_to_close(&mut s).await;
     assert!(!got.contains(" 200 "), "{got}");
     // A body that stops arriving: 408.
-    let mut s = tls_h1(&c, p).await;
+    let mut s = tls_h1(c.ca_file.path(), p).await;
     s.write_all(b"POST /fn/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b")
         .await
         .unwrap();

@@ -372,34 +372,6 @@ fn the_stream_and_the_page_need_the_admin_key_when_keys_are_configured() {
     assert_eq!(s.event("keyed-1")["node"], "belem");
 }
 
-/// A TLS connection to `port` for HTTP/1.0 (so the stream is not chunked): a subscriber that
-/// can stop reading. (A small receive buffer would not help: the server's socket buffer still
-/// grows to megabytes, and draining them later through a small window is slow.)
-async fn tls_h1_0(ca: &Path, port: u16) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use std::sync::Arc;
-    let pem = std::fs::read(ca).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
-        .await
-        .unwrap()
-}
-
 /// Makes `n` calls of `echo` at baixa, 8 at a time; the statuses that were not 200, and the
 /// time it took.
 async fn calls(client: &reqwest::Client, url: &str, n: usize) -> (Vec<u16>, Duration) {
@@ -463,7 +435,10 @@ async fn a_subscriber_that_never_reads_loses_counted_events_and_every_call_succe
     assert!(failed.is_empty(), "without a subscriber: {failed:?}");
 
     // A subscriber that reads its answer's head, then nothing.
-    let mut stalled = tls_h1_0(&up.ca(), up.ports[0]).await;
+    // Spoken as HTTP/1.0 (so the stream is not chunked): a subscriber that can stop reading. (A
+    // small receive buffer would not help: the server's socket buffer still grows to megabytes,
+    // and draining them later through a small window is slow.)
+    let mut stalled = crate::lifecycle::tls_h1(&up.ca(), up.ports[0]).await;
     stalled
         .write_all(b"GET /events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
         .await
