@@ -168,14 +168,14 @@ pub fn observe_call(
     signed: bool,
     at: Instant,
 ) {
-    if signed || state.key.is_none() || !state.prewarm.settings.enabled() {
+    if signed || state.links.key.is_none() || !state.scheduling.prewarm.settings.enabled() {
         return;
     }
     let Some(location) = location else { return };
     let id = client_id(headers, key_id);
-    let ask = state.prewarm.observe(
-        &state.map,
-        &state.id,
+    let ask = state.scheduling.prewarm.observe(
+        &state.place.map,
+        &state.place.id,
         id.as_deref(),
         function,
         location.point,
@@ -197,6 +197,7 @@ async fn send(state: Arc<NodeState>, ask: Ask) {
     };
     tracing::debug!(function = %ask.function, to = %ask.target, %outcome, "pre-warm requested");
     state
+        .telemetry
         .metrics
         .prewarm_request(&ask.target, warm::outcome_label(&outcome));
 }
@@ -213,9 +214,13 @@ pub fn publish(state: &NodeState) {
         stats.wasted += s.wasted;
     }
     state
+        .telemetry
         .metrics
         .prewarm_instances(stats.started, stats.used, stats.wasted);
-    state.metrics.prewarm_tracked(state.prewarm.tracked());
+    state
+        .telemetry
+        .metrics
+        .prewarm_tracked(state.scheduling.prewarm.tracked());
 }
 
 #[cfg(test)]
