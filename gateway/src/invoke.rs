@@ -107,6 +107,11 @@ pub enum Outcome {
         ran: Ran,
         /// The policy's name, or one of [`why`].
         why: &'static str,
+        /// Its wait for admission (the node's profile of the function leaves it out of a
+        /// warm call's time).
+        queued: Duration,
+        /// Its instance's cold start, zero when warm (left out the same way).
+        cold: Duration,
     },
     /// Another node (the cloud or a neighbouring edge) answered for this edge.
     Offloaded {
@@ -292,6 +297,8 @@ async fn decide_and_run(
                     } else {
                         Ran::LocalWarm
                     },
+                    queued,
+                    cold: out.cold,
                     answer: local_response(state, out, timing),
                     why,
                 },
