@@ -50,6 +50,7 @@ pub mod netem;
 pub mod outage;
 pub mod plot;
 pub mod points;
+pub mod preconnect;
 pub mod prewarm;
 pub mod record;
 pub mod route;
