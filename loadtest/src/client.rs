@@ -10,7 +10,7 @@
 //! names the next node) makes the client open a connection there in the background, as a
 //! mobile app would ([`crate::preconnect`]).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -179,7 +179,7 @@ pub struct GeoClient {
     client_id: Option<HeaderValue>,
     preconnect: bool,
     connections: Connections,
-    preconnects: Preconnects,
+    preconnects: Arc<Preconnects>,
 }
 
 enum Step {
@@ -224,7 +224,7 @@ impl GeoClient {
                 .context("the client id is not a valid header value")?,
             preconnect: cfg.preconnect,
             connections,
-            preconnects: Preconnects::default(),
+            preconnects: Arc::default(),
         })
     }
 
@@ -236,6 +236,11 @@ impl GeoClient {
     /// Preconnects this client started so far.
     pub fn preconnects_started(&self) -> u64 {
         self.preconnects.started()
+    }
+
+    /// Preconnects of this client that finished so far (answered or failed).
+    pub fn preconnects_finished(&self) -> u64 {
+        self.preconnects.finished()
     }
 
     /// The node the next call goes to (the handover cache).
@@ -312,7 +317,8 @@ impl GeoClient {
         for origin in hints {
             if *origin != current && self.preconnects.claim(origin, now) {
                 let (http, origin) = (self.http.clone(), origin.clone());
-                tokio::spawn(preconnect::open(http, origin, self.timeout));
+                let done = self.preconnects.clone();
+                tokio::spawn(preconnect::open(http, origin, self.timeout, done));
             }
         }
     }

@@ -164,11 +164,13 @@ where
     }
 }
 
-/// The origins one client preconnected lately, and how many preconnects it started.
+/// The origins one client preconnected lately, and how many preconnects it started and
+/// finished.
 #[derive(Debug, Default)]
 pub struct Preconnects {
     last: Mutex<HashMap<Url, Instant>>,
     started: AtomicU64,
+    finished: AtomicU64,
 }
 
 impl Preconnects {
@@ -189,23 +191,30 @@ impl Preconnects {
     pub fn started(&self) -> u64 {
         self.started.load(Ordering::Relaxed)
     }
+
+    /// Preconnects finished so far (their request answered or failed).
+    pub fn finished(&self) -> u64 {
+        self.finished.load(Ordering::Relaxed)
+    }
 }
 
 /// Opens (or keeps open) a pooled connection of `http` to `origin`: `GET /healthz`, its body
-/// read to the end so an HTTP/1.1 connection goes back to the pool.
-pub async fn open(http: reqwest::Client, origin: Url, timeout: Duration) {
-    let Ok(url) = origin.join("healthz") else {
-        return;
-    };
+/// read to the end so an HTTP/1.1 connection goes back to the pool; counted in `done`.
+pub async fn open(http: reqwest::Client, origin: Url, timeout: Duration, done: Arc<Preconnects>) {
     let result = async {
-        let resp = http.get(url).timeout(timeout).send().await?;
-        resp.bytes().await
+        let url = origin.join("healthz").map_err(|e| e.to_string())?;
+        let resp = http.get(url).timeout(timeout).send().await;
+        resp.map_err(|e| e.to_string())?
+            .bytes()
+            .await
+            .map_err(|e| e.to_string())
     }
     .await;
     match result {
         Ok(_) => tracing::debug!(%origin, "preconnected"),
         Err(e) => tracing::debug!(%origin, error = %e, "preconnect failed"),
     }
+    done.finished.fetch_add(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
