@@ -30,10 +30,15 @@ pub fn hinted_origins(headers: &HeaderMap, base: &Url) -> Vec<Url> {
     for value in headers.get_all(LINK) {
         let Ok(text) = value.to_str() else { continue };
         for (target, params) in links(text) {
-            if !params.iter().any(|(k, v)| k == "rel" && rel_has(v, "preconnect")) {
+            if !params
+                .iter()
+                .any(|(k, v)| k == "rel" && rel_has(v, "preconnect"))
+            {
                 continue;
             }
-            let Ok(url) = base.join(&target) else { continue };
+            let Ok(url) = base.join(&target) else {
+                continue;
+            };
             if url.scheme() != "https" || url.host().is_none() {
                 continue;
             }

@@ -336,7 +336,10 @@ async fn a_call_another_node_signed_gets_no_preconnect_hint() {
         for lon in walk {
             let extra = if signed {
                 vec![
-                    format!("X-GeoFaaS-Offload: {}", key.sign("east", "POST", "/fn/echo")),
+                    format!(
+                        "X-GeoFaaS-Offload: {}",
+                        key.sign("east", "POST", "/fn/echo")
+                    ),
                     "X-Geo-Source: header".to_owned(),
                     format!("X-Geo-Location: {LAT},{lon}"),
                 ]
@@ -419,9 +422,14 @@ async fn the_loadtest_client_preconnects_so_its_handover_call_finds_a_connection
         assert_eq!(&handover.body[..], b"hi");
         let want = if preconnect { 0 } else { 1 };
         assert_eq!(
-            handover.new_connections, want,
+            handover.new_connections,
+            want,
             "h2={h2} preconnect={preconnect}: a connection to east {}",
-            if preconnect { "was open already" } else { "had to be opened" }
+            if preconnect {
+                "was open already"
+            } else {
+                "had to be opened"
+            }
         );
         assert_eq!(client.connections_opened(), 2, "h2={h2}");
         assert!(handover.redirect_time > Duration::ZERO);

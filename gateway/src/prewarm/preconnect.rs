@@ -69,12 +69,18 @@ mod tests {
     #[test]
     fn the_hint_names_the_origin_of_the_public_url() {
         let cases = [
-            ("https://127.0.0.1:8443", "<https://127.0.0.1:8443>; rel=preconnect"),
+            (
+                "https://127.0.0.1:8443",
+                "<https://127.0.0.1:8443>; rel=preconnect",
+            ),
             (
                 "https://cloud.geofaas.test/base/",
                 "<https://cloud.geofaas.test>; rel=preconnect",
             ),
-            ("https://[::1]:9443/x?y=1", "<https://[::1]:9443>; rel=preconnect"),
+            (
+                "https://[::1]:9443/x?y=1",
+                "<https://[::1]:9443>; rel=preconnect",
+            ),
         ];
         for (url, want) in cases {
             assert_eq!(link(&node(url)).unwrap(), want, "{url}");
