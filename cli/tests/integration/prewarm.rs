@@ -399,7 +399,7 @@ async fn the_loadtest_client_preconnects_so_its_handover_call_finds_a_connection
             last = Some(r);
         }
         let hinted = last.unwrap().preconnect_hints;
-        assert_eq!(hinted, [east.clone()], "h2={h2}");
+        assert_eq!(hinted, std::slice::from_ref(&east), "h2={h2}");
         if preconnect {
             // Hinted twice, preconnected once; wait until its request is answered.
             assert_eq!(client.preconnects_started(), 1, "h2={h2}");
