@@ -145,7 +145,7 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
             shown_handovers = handovers.iter().map(|h| (h.step, h.to.clone())).collect();
         }
         write_calls(&ctx.out_file(&format!("requests-{variant}.csv")), &calls)?;
-        print_variant(variant, &calls, &handovers);
+        print_variant(v.label, &calls, &handovers);
         series.insert(
             variant,
             calls.iter().map(|c| c.latency_ms).collect::<Vec<_>>(),
@@ -445,7 +445,7 @@ fn print_variant(variant: &str, calls: &[Call], handovers: &[Handover]) {
         .map(|c| c.step)
         .collect();
     println!(
-        "{variant} pre-warming: {} calls, cold starts at steps {cold:?}",
+        "{variant}: {} calls, cold starts at steps {cold:?}",
         calls.len()
     );
     for h in handovers {
