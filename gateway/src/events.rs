@@ -186,10 +186,10 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// A call of `function` arriving at `state`.
-    pub fn new(state: &NodeState, function: &str) -> Self {
+    /// A call of `function` arriving at a node with this call stream.
+    pub fn new(events: &EventBus, function: &str) -> Self {
         Self {
-            function: state.events.watched().then(|| function.to_owned()),
+            function: events.watched().then(|| function.to_owned()),
             ..Self::default()
         }
     }
@@ -222,7 +222,7 @@ impl Seen {
         // Calls that ran somewhere (here, offloaded or forwarded): not handovers, not refusals.
         if resp.headers().contains_key(SERVED_BY) && resp.status() != StatusCode::TEMPORARY_REDIRECT
         {
-            state.events.record_latency(latency);
+            state.telemetry.events.record_latency(latency);
         }
         let Some(function) = self.function.take() else {
             return;
@@ -231,8 +231,8 @@ impl Seen {
         let Ok(json) = serde_json::to_string(&event) else {
             return;
         };
-        for _ in 0..state.events.send(json.into()) {
-            state.metrics.events_dropped();
+        for _ in 0..state.telemetry.events.send(json.into()) {
+            state.telemetry.metrics.events_dropped();
         }
     }
 }
@@ -309,7 +309,7 @@ impl CallEvent {
         Self {
             id: String::from_utf8_lossy(request_id.as_bytes()).into_owned(),
             ts_ms: now_ms(),
-            at: state.id.clone(),
+            at: state.place.id.clone(),
             function,
             node,
             status,
@@ -369,7 +369,7 @@ pub async fn events(
             return bad_query(format!("{}: only scope=node|fleet", e.body_text())).into_response()
         }
     };
-    let (tx, rx, lost) = state.events.subscribe();
+    let (tx, rx, lost) = state.telemetry.events.subscribe();
     if fleet {
         crate::events_fleet::follow_peers(&state, tx, lost.clone());
     } else {
@@ -379,7 +379,7 @@ pub async fn events(
     // A first comment, so a client knows it is subscribed before any call happens.
     let hello = Event::default().comment(format!(
         "events of {} (scope={})",
-        state.id,
+        state.place.id,
         if fleet { "fleet" } else { "node" }
     ));
     let calls = tokio_stream_of(rx).map(move |msg| {

@@ -31,13 +31,14 @@ const MAX_LINE: usize = 256 * 1024;
 /// Starts one follower per other node, feeding `tx`; `lost` is the subscriber's loss counter.
 pub(crate) fn follow_peers(state: &NodeState, tx: mpsc::Sender<Msg>, lost: Arc<AtomicU64>) {
     let peers: Vec<(String, Url)> = state
+        .place
         .map
         .nodes()
         .iter()
-        .filter(|n| n.id != state.id)
+        .filter(|n| n.id != state.place.id)
         .map(|n| (n.id.clone(), n.public_url.clone()))
         .collect();
-    let (Some(client), Some(key)) = (state.peer_client().cloned(), state.key.clone()) else {
+    let (Some(client), Some(key)) = (state.peer_client().cloned(), state.links.key.clone()) else {
         for (id, _) in peers {
             let why = "this node has no offload secret, so it cannot sign requests to its peers";
             peer_status(&tx, &id, false, Some(why));
@@ -48,12 +49,12 @@ pub(crate) fn follow_peers(state: &NodeState, tx: mpsc::Sender<Msg>, lost: Arc<A
         let peer = Peer {
             client: client.clone(),
             key: key.clone(),
-            me: state.id.clone(),
+            me: state.place.id.clone(),
             id,
             base,
             tx: tx.clone(),
             lost: lost.clone(),
-            metrics: state.metrics.clone(),
+            metrics: state.telemetry.metrics.clone(),
         };
         tokio::spawn(peer.follow());
     }

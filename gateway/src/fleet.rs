@@ -18,8 +18,8 @@ pub(crate) async fn join(
 ) -> Option<Member> {
     let state = handle.current();
     // `NodeState::new` checked that the node is in its topology.
-    let node = state.topology.node(&state.id)?;
-    let wkt = state.map.node(&state.id)?.area.to_wkt();
+    let node = state.place.topology.node(&state.place.id)?;
+    let wkt = state.place.map.node(&state.place.id)?.area.to_wkt();
     let functions = state.directory.served_here().await;
     let record = NodeRecord::of(node, wkt, functions);
     Some(fleet.join(record, file.clone(), handle.live_source()))

@@ -205,12 +205,12 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
         received.elapsed(),
     );
     if let Some((ran, why)) = outcome.placement() {
-        state.metrics.placement(ran.label(), why);
+        state.telemetry.metrics.placement(ran.label(), why);
     }
     // A name no node serves (404, here or from the cloud) is whatever the client sent: keep it
     // out of the labels.
     let known = outcome.status() != StatusCode::NOT_FOUND;
-    state.metrics.call(
+    state.telemetry.metrics.call(
         if known { &function } else { "_unknown" },
         outcome.label(),
         outcome.ran(),
@@ -230,7 +230,7 @@ async fn decide_and_run(
     let mut facts = Facts {
         served_here: !here.is_empty(),
         cloud_serves: state.directory.cloud_serves(&call.function),
-        has_cloud: state.link.is_some(),
+        has_cloud: state.links.outbound.is_some(),
         pinned: call.pinned,
         admitted: false,
         policy: Policy::None,
@@ -241,32 +241,33 @@ async fn decide_and_run(
         // An edge at capacity places the call elsewhere instead of queueing the client behind
         // other calls; a node that cannot hand it on queues it.
         permit = if facts.may_forward() {
-            state.admission.try_acquire().ok()
+            state.intake.admission.try_acquire().ok()
         } else {
             admit_queued(state, deadline).await
         };
         facts.admitted = permit.is_some();
-        if let Some(s) = &state.scheduler {
+        if let Some(s) = &state.scheduling.policy {
             let started = Instant::now();
             let local = LocalState {
                 in_flight: state
+                    .place
                     .topology
                     .gateway
                     .max_concurrent_calls
                     .max(1)
-                    .saturating_sub(state.admission.available_permits() + 1),
+                    .saturating_sub(state.intake.admission.available_permits() + 1),
                 admitted: facts.admitted,
                 may_forward: facts.may_forward(),
             };
             let decision = s.decide(
-                &state.topology,
+                &state.place.topology,
                 state.directory.backends(),
                 &call.function,
                 call.location,
                 local,
             );
             let took = started.elapsed();
-            state.metrics.decision(took);
+            state.telemetry.metrics.decision(took);
             sched = Some(took);
             *predicted = decision.as_ref().map(|d| d.predicted_ms);
             facts.policy =
@@ -333,8 +334,12 @@ async fn forward_to_neighbor(
     neighbor: usize,
     policy: &'static str,
 ) -> Outcome {
-    let target = state.scheduler.as_ref().and_then(|s| s.neighbor(neighbor));
-    let (Some(link), Some(target)) = (&state.link, target) else {
+    let target = state
+        .scheduling
+        .policy
+        .as_ref()
+        .and_then(|s| s.neighbor(neighbor));
+    let (Some(link), Some(target)) = (&state.links.outbound, target) else {
         return offload(state, call, OffloadReason::Scheduler, policy).await;
     };
     tracing::debug!(to = %target.id, "placing the call on a neighbouring edge");
@@ -381,19 +386,19 @@ async fn admit_queued(
     state: &NodeState,
     deadline: Instant,
 ) -> Option<tokio::sync::SemaphorePermit<'_>> {
-    if let Ok(permit) = state.admission.try_acquire() {
+    if let Ok(permit) = state.intake.admission.try_acquire() {
         return Some(permit);
     }
-    let max = state.topology.limits.max_queued_calls;
-    if state.queued.fetch_add(1, Ordering::AcqRel) >= max {
-        state.queued.fetch_sub(1, Ordering::AcqRel);
+    let max = state.place.topology.limits.max_queued_calls;
+    if state.intake.queued.fetch_add(1, Ordering::AcqRel) >= max {
+        state.intake.queued.fetch_sub(1, Ordering::AcqRel);
         return None;
     }
-    let permit = tokio::time::timeout_at(deadline.into(), state.admission.acquire())
+    let permit = tokio::time::timeout_at(deadline.into(), state.intake.admission.acquire())
         .await
         .ok()
         .and_then(Result::ok);
-    state.queued.fetch_sub(1, Ordering::AcqRel);
+    state.intake.queued.fetch_sub(1, Ordering::AcqRel);
     permit
 }
 
@@ -414,10 +419,10 @@ async fn offload(
     reason: OffloadReason,
     why: &'static str,
 ) -> Outcome {
-    let Some(cloud) = state.link.as_ref() else {
+    let Some(cloud) = state.links.outbound.as_ref() else {
         return Outcome::Failed(unreachable_cloud());
     };
-    state.metrics.offload(reason.label());
+    state.telemetry.metrics.offload(reason.label());
     tracing::debug!(reason = reason.label(), "offloading to the cloud");
     let deadline = call.received + state.call_timeout();
     let remaining = deadline.saturating_duration_since(Instant::now());
@@ -463,6 +468,7 @@ async fn serve_here(
     container: ContainerChoice,
 ) -> Result<InvokeOutput, (Plan, InvokeError)> {
     let retry_on_error = state
+        .place
         .topology
         .function(&call.function)
         .is_some_and(|f| f.retry_on_error);
@@ -484,15 +490,17 @@ async fn serve_here(
             Err(_) => "failed",
         };
         state
+            .telemetry
             .metrics
             .backend_call(backend.kind(), outcome, started.elapsed());
         let e = match result {
             Ok(out) => {
                 state
+                    .scheduling
                     .profiles
                     .backend_call(&call.function, backend.kind(), &out);
                 if out.cold_start {
-                    state.metrics.cold_start(&call.function, out.cold);
+                    state.telemetry.metrics.cold_start(&call.function, out.cold);
                 }
                 return Ok(out);
             }
@@ -550,7 +558,7 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
     // Room for these, the placement headers and the request id: the map does not grow.
     h.reserve(13);
     h.insert(header::CONTENT_TYPE, content_type);
-    h.insert(SERVED_BY, state.id_header.clone());
+    h.insert(SERVED_BY, state.place.id_header.clone());
     h.insert(
         COLD_START,
         HeaderValue::from_static(if out.cold_start { "true" } else { "false" }),

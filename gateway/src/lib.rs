@@ -79,9 +79,9 @@ fn rebuild_backends(
         .node(id)
         .with_context(|| format!("{}: no node with id {id:?}", topology.source))?;
     let old = before.and_then(|b| {
-        let same_base =
-            b.topology.base_dir == topology.base_dir && b.topology.functions == topology.functions;
-        same_base.then(|| (b.topology.node(id), b.directory.backends()))
+        let same_base = b.place.topology.base_dir == topology.base_dir
+            && b.place.topology.functions == topology.functions;
+        same_base.then(|| (b.place.topology.node(id), b.directory.backends()))
     });
     node.backends
         .iter()
@@ -136,7 +136,7 @@ impl NodeHandle {
         let live = node::Live::new(state.clone());
         let api = routes::Api::new(live.clone());
         let token = stop.clone();
-        let limits = server::ServeLimits::from_topology(&state.topology);
+        let limits = server::ServeLimits::from_topology(&state.place.topology);
         let task = tokio::spawn(server::serve_tls(
             listener,
             api,
@@ -172,7 +172,7 @@ impl NodeHandle {
     /// An invalid topology (or one without this node) is refused and the old one stays.
     pub fn reload(&self, topology: Arc<Topology>) -> anyhow::Result<()> {
         let before = self.live.current();
-        let backends = rebuild_backends(&topology, &before.id, Some(&before))?;
+        let backends = rebuild_backends(&topology, &before.place.id, Some(&before))?;
         let next = before.reloaded(topology, backends)?;
         self.live.replace(Arc::new(next));
         Ok(())
@@ -182,8 +182,12 @@ impl NodeHandle {
     /// node), calls are still answered for `grace`, then the node stops accepting and in-flight
     /// calls get `gateway.drain_timeout_ms` to finish.
     pub async fn drain(self, grace: std::time::Duration) -> anyhow::Result<()> {
-        self.state.ready.store(false, Ordering::Relaxed);
-        self.live.current().ready.store(false, Ordering::Relaxed);
+        self.state.intake.ready.store(false, Ordering::Relaxed);
+        self.live
+            .current()
+            .intake
+            .ready
+            .store(false, Ordering::Relaxed);
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "draining: not ready, still answering"
@@ -194,7 +198,7 @@ impl NodeHandle {
 
     /// Stops accepting, drains in-flight calls and waits for the server to end.
     pub async fn shutdown(self) -> anyhow::Result<()> {
-        self.state.ready.store(false, Ordering::Relaxed);
+        self.state.intake.ready.store(false, Ordering::Relaxed);
         self.exchange.abort();
         self.upkeep.abort();
         self.stop.cancel();
@@ -254,9 +258,9 @@ pub async fn run_node(
             }
             Some(()) = fleet::changed(view.as_mut()) => {
                 let next = fleet::merged(&file, id, view.as_ref());
-                if next.nodes != handle.current().topology.nodes {
+                if next.nodes != handle.current().place.topology.nodes {
                     match handle.reload(next) {
-                        Ok(()) => tracing::info!(nodes = handle.current().topology.nodes.len(), "fleet changed: routing to the registered nodes"),
+                        Ok(()) => tracing::info!(nodes = handle.current().place.topology.nodes.len(), "fleet changed: routing to the registered nodes"),
                         Err(e) => tracing::error!(error = %error::error_report(&e), "fleet change refused; keeping the running topology"),
                     }
                 }
@@ -269,7 +273,8 @@ pub async fn run_node(
     if let Some(m) = member {
         m.leave().await;
     }
-    let grace = std::time::Duration::from_millis(handle.current().topology.gateway.drain_grace_ms);
+    let grace =
+        std::time::Duration::from_millis(handle.current().place.topology.gateway.drain_grace_ms);
     handle.drain(grace).await
 }
 

@@ -106,7 +106,7 @@ pub fn receive(state: &NodeState, headers: &HeaderMap, body: &Bytes) -> Result<(
             "load reports must carry a valid node credential",
         )
     };
-    let key = state.key.as_ref().ok_or_else(refused)?;
+    let key = state.links.key.as_ref().ok_or_else(refused)?;
     let from = headers
         .get(OFFLOAD)
         .and_then(|v| v.to_str().ok())
@@ -126,14 +126,14 @@ pub fn receive(state: &NodeState, headers: &HeaderMap, body: &Bytes) -> Result<(
             format!("load report: {e}"),
         )
     })?;
-    if report.node != from || state.topology.node(from).is_none() || from == state.id {
+    if report.node != from || state.place.topology.node(from).is_none() || from == state.place.id {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_report",
             "a node reports only its own load",
         ));
     }
-    state.loads.put(report);
+    state.scheduling.loads.put(report);
     Ok(())
 }
 
@@ -143,12 +143,12 @@ pub fn receive(state: &NodeState, headers: &HeaderMap, body: &Bytes) -> Result<(
 pub async fn exchange(live: Arc<Live>) {
     loop {
         let state = live.current();
-        let interval = Duration::from_millis(interval_ms(&state.topology));
-        if state.topology.scheduler.policy != geofaas_config::SchedulerPolicy::None {
+        let interval = Duration::from_millis(interval_ms(&state.place.topology));
+        if state.place.topology.scheduler.policy != geofaas_config::SchedulerPolicy::None {
             match state.fleet() {
                 Some(fleet) => {
                     for (_, report) in fleet.loads() {
-                        state.loads.put(report);
+                        state.scheduling.loads.put(report);
                     }
                 }
                 None => send_reports(&state, interval),
@@ -160,11 +160,11 @@ pub async fn exchange(live: Arc<Live>) {
 }
 
 fn send_reports(state: &NodeState, interval: Duration) {
-    let (Some(key), Some(client)) = (&state.key, state.peer_client()) else {
+    let (Some(key), Some(client)) = (&state.links.key, state.peer_client()) else {
         return;
     };
     let report = LoadReport {
-        node: state.id.clone(),
+        node: state.place.id.clone(),
         at_ms: now_ms(),
         load: state.load(),
         cpu_percent: 0.0,
@@ -174,8 +174,8 @@ fn send_reports(state: &NodeState, interval: Duration) {
         return;
     };
     let body = Bytes::from(body);
-    for node in state.map.nodes() {
-        if node.id == state.id || node.role != Role::Edge {
+    for node in state.place.map.nodes() {
+        if node.id == state.place.id || node.role != Role::Edge {
             continue;
         }
         let Ok(url) = node.public_url.join(LOAD_PATH) else {
@@ -184,11 +184,11 @@ fn send_reports(state: &NodeState, interval: Duration) {
         let req = client
             .post(url)
             .timeout(interval)
-            .header(OFFLOAD, key.sign(&state.id, "POST", LOAD_PATH))
+            .header(OFFLOAD, key.sign(&state.place.id, "POST", LOAD_PATH))
             .header("content-type", "application/json")
             .body(body.clone());
         let to = node.id.clone();
-        let rtt = state.profiles.clone();
+        let rtt = state.scheduling.profiles.clone();
         tokio::spawn(async move {
             let sent = std::time::Instant::now();
             match req.send().await {

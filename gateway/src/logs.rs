@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::directory::Directory;
 use crate::error::ApiError;
 use crate::node::{Live, NodeState};
 
@@ -60,10 +61,10 @@ async fn logs(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad(e.body_text()))?;
     let wanted = check(query, SystemTime::now())?;
-    let rings = rings(&state);
+    let rings = rings(&state.directory);
     // Subscribe before reading the rings, so no line falls between the two.
     let followers: Vec<_> = if wanted.follow {
         rings.iter().map(|r| r.follow()).collect()
@@ -83,7 +84,7 @@ async fn logs(
     kept.sort_by_key(|l| (l.at_us, l.seq));
     let mut text = String::new();
     for line in &kept {
-        push_line(&mut text, &state.id, line);
+        push_line(&mut text, &state.place.id, line);
     }
     let ndjson = [(
         header::CONTENT_TYPE,
@@ -124,14 +125,14 @@ async fn forward(
                 Ok(line) if function.as_deref().is_some_and(|f| f != &*line.function) => continue,
                 Ok(line) => {
                     let mut text = String::new();
-                    push_line(&mut text, &state.id, &line);
+                    push_line(&mut text, &state.place.id, &line);
                     text
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => format!("{{\"lost\":{n}}}\n"),
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = check.tick() => {
-                if tx.is_closed() || !state.ready.load(std::sync::atomic::Ordering::Relaxed) {
+                if tx.is_closed() || !state.intake.ready.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
                 continue;
@@ -151,8 +152,8 @@ pub fn with_request_id(mut headers: HeaderMap, request_id: &HeaderValue) -> Head
 }
 
 /// The log rings of this node's embedded runtimes.
-fn rings(state: &NodeState) -> Vec<Arc<FunctionLogs>> {
-    let backends = state.directory.backends();
+fn rings(directory: &Directory) -> Vec<Arc<FunctionLogs>> {
+    let backends = directory.backends();
     let locals = backends.iter().filter_map(|b| b.local());
     locals.map(|l| Arc::clone(l.logs())).collect()
 }

@@ -312,7 +312,7 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub async fn upkeep(live: std::sync::Arc<crate::node::Live>) {
     loop {
         tokio::time::sleep(UPKEEP_INTERVAL).await;
-        live.current().metrics.run_upkeep();
+        live.current().telemetry.metrics.run_upkeep();
     }
 }
 

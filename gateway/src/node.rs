@@ -41,8 +41,8 @@ pub struct NodeOptions {
     pub state_dir: Option<std::path::PathBuf>,
 }
 
-/// The shared state of one gateway node.
-pub struct NodeState {
+/// Who and where this node is: its place in the topology.
+pub struct Place {
     /// This node's id.
     pub id: String,
     /// The id as an `X-Served-By` value.
@@ -53,48 +53,213 @@ pub struct NodeState {
     pub topology: Arc<Topology>,
     /// Area lookup for handovers.
     pub map: ServiceMap,
-    /// This node's backends and what every node serves.
-    pub directory: Directory,
-    /// At an edge, the signed HTTPS link to the other nodes: the cloud it offloads to and the
-    /// neighbouring edges the scheduler places calls on.
-    pub link: Option<NodeLink>,
-    /// The placement policy an edge that offloads asks before each call (`[scheduler]`).
-    pub scheduler: Option<EdgeScheduler>,
-    /// Verifies offload credentials of calls from other nodes.
-    pub key: Option<OffloadKey>,
-    /// Callers' API keys.
-    pub access: Access,
-    /// The other nodes' health, when probed ([`NodeOptions::probe_peers`]).
-    pub peers: Option<Arc<crate::peers::PeerHealth>>,
-    /// Rate limits per client address and per key.
-    pub limits: RateLimits,
-    /// Calls waiting for an admission permit (at a node that cannot offload).
-    pub queued: std::sync::atomic::AtomicUsize,
     /// IP geolocation, when configured.
     pub locator: Option<Arc<dyn GeoLocator>>,
+}
+
+impl Place {
+    fn new(topology: Arc<Topology>, id: &str, opts: &NodeOptions) -> anyhow::Result<Self> {
+        let node = topology
+            .node(id)
+            .ok_or_else(|| anyhow::anyhow!("{}: no node with id {id:?}", topology.source))?;
+        Ok(Self {
+            id: id.to_owned(),
+            id_header: HeaderValue::from_str(id)?,
+            role: node.role,
+            map: topology.service_map()?,
+            locator: opts.locator.clone(),
+            topology,
+        })
+    }
+
+    /// Deadline of one call.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.topology.gateway.call_timeout_ms)
+    }
+}
+
+/// Who may call, and how many calls run at once: the node's front door.
+pub struct Intake {
+    /// Callers' API keys.
+    pub access: Access,
+    /// Rate limits per client address and per key.
+    pub limits: RateLimits,
     /// Calls running here; an edge that cannot get a permit offloads instead of queueing.
     pub admission: Semaphore,
+    /// Calls waiting for an admission permit (at a node that cannot offload).
+    pub queued: std::sync::atomic::AtomicUsize,
     /// Cleared when the node starts shutting down, so `/readyz` tells DNS to stop sending clients.
     pub ready: Arc<AtomicBool>,
-    /// This node's metrics, served at `/metrics`.
-    pub metrics: Arc<NodeMetrics>,
-    /// Answers of calls made with an `Idempotency-Key`.
-    pub idempotency: Arc<crate::idempotency::IdempotencyCache>,
-    /// Calls running in the background for `Prefer: respond-async` clients.
-    pub activations: Arc<crate::activations::Activations>,
+}
+
+impl Intake {
+    fn new(topology: &Topology, id: &str, before: Option<&Intake>) -> Self {
+        let access = Access::new(&topology.auth);
+        if access.is_open() && before.is_none_or(|b| !b.access.is_open()) {
+            tracing::warn!(
+                node = id,
+                "no [[auth.key]] in the topology: this node serves every caller"
+            );
+        }
+        Self {
+            access,
+            limits: RateLimits::new(&topology.limits),
+            admission: Semaphore::new(topology.gateway.max_concurrent_calls.max(1)),
+            queued: Default::default(),
+            ready: before.map_or_else(|| Arc::new(AtomicBool::new(true)), |b| b.ready.clone()),
+        }
+    }
+
+    /// Calls running here now.
+    pub fn running(&self, topology: &Topology) -> usize {
+        let max = topology.gateway.max_concurrent_calls.max(1);
+        max.saturating_sub(self.admission.available_permits())
+    }
+}
+
+/// The node's links to the other nodes, all signed with the offload secret (without one,
+/// there are none).
+pub struct Links {
+    /// At an edge, the signed HTTPS link that sends calls to the other nodes: the cloud it
+    /// offloads to and the neighbouring edges the scheduler places calls on.
+    pub outbound: Option<NodeLink>,
+    /// Verifies the signatures of calls and requests from other nodes.
+    pub key: Option<OffloadKey>,
+    /// The other nodes' health, when probed ([`NodeOptions::probe_peers`]).
+    pub health: Option<Arc<crate::peers::PeerHealth>>,
+    /// HTTPS client for node-to-node requests other than calls (load reports, versions,
+    /// warm-ups).
+    pub client: Option<reqwest::Client>,
+}
+
+impl Links {
+    fn new(
+        place: &Place,
+        opts: &NodeOptions,
+        profiles: &Arc<crate::profiles::ProfileBook>,
+        before: Option<&Links>,
+    ) -> anyhow::Result<Self> {
+        let key = opts.offload_secret.as_deref().map(OffloadKey::new);
+        let outbound = match (place.role, &key) {
+            (Role::Edge, Some(key)) => Some(NodeLink::new(
+                place.map.cloud(),
+                &place.id,
+                key.clone(),
+                opts.ca_pem.as_deref(),
+            )?),
+            _ => None,
+        };
+        let client = match (before, &key) {
+            (Some(b), Some(_)) if b.client.is_some() => b.client.clone(),
+            (_, Some(_)) => Some(https_client(opts)?),
+            (_, None) => None,
+        };
+        let health = if opts.probe_peers && tokio::runtime::Handle::try_current().is_ok() {
+            let interval = Duration::from_millis(place.topology.dns.probe_interval_ms.max(50));
+            Some(crate::peers::PeerHealth::start(
+                &place.map,
+                &place.id,
+                https_client(opts)?,
+                interval,
+                profiles.clone(),
+            ))
+        } else {
+            None
+        };
+        Ok(Self {
+            outbound,
+            key,
+            health,
+            client,
+        })
+    }
+}
+
+/// An HTTPS client that trusts the fleet's CA.
+fn https_client(opts: &NodeOptions) -> anyhow::Result<reqwest::Client> {
+    let mut client = reqwest::Client::builder();
+    if let Some(pem) = &opts.ca_pem {
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+    }
+    Ok(client.build()?)
+}
+
+/// What placement decisions are made from, besides the directory: the policy, the other
+/// nodes' load reports, what this node measured, and where tracked clients are heading.
+pub struct Scheduling {
+    /// The placement policy an edge that offloads asks before each call (`[scheduler]`).
+    pub policy: Option<EdgeScheduler>,
     /// The other nodes' latest load reports (kept across reloads).
     pub loads: Arc<crate::loads::LoadBoard>,
     /// What this node measured of its calls and links (kept across reloads).
     pub profiles: Arc<crate::profiles::ProfileBook>,
     /// Clients tracked for pre-warming where they are heading (`[prewarm]`).
     pub prewarm: Arc<crate::prewarm::Prewarm>,
+}
+
+impl Scheduling {
+    fn new(
+        place: &Place,
+        links: &Links,
+        profiles: Arc<crate::profiles::ProfileBook>,
+        before: Option<&Scheduling>,
+    ) -> anyhow::Result<Self> {
+        let loads = before.map(|b| b.loads.clone()).unwrap_or_default();
+        let policy = match links.outbound {
+            Some(_) => EdgeScheduler::from_topology(
+                &place.topology,
+                &place.id,
+                loads.clone(),
+                profiles.clone(),
+            )?,
+            None => None,
+        };
+        Ok(Self {
+            policy,
+            loads,
+            profiles,
+            prewarm: crate::prewarm::Prewarm::carried(
+                before.map(|b| &b.prewarm),
+                &place.topology.prewarm,
+            ),
+        })
+    }
+}
+
+/// What the node tells its operators: metrics and the call stream (both kept across reloads).
+pub struct Telemetry {
+    /// This node's metrics, served at `/metrics`.
+    pub metrics: Arc<NodeMetrics>,
+    /// The call stream's subscribers and recent latencies.
+    pub events: Arc<crate::events::EventBus>,
+}
+
+/// Answers kept after their call (both kept across reloads).
+pub struct Kept {
+    /// Answers of calls made with an `Idempotency-Key`.
+    pub idempotency: Arc<crate::idempotency::IdempotencyCache>,
+    /// Calls running in the background for `Prefer: respond-async` clients.
+    pub activations: Arc<crate::activations::Activations>,
+}
+
+/// The shared state of one gateway node: its components, each built from what it depends on.
+pub struct NodeState {
+    /// Who and where this node is.
+    pub place: Place,
+    /// This node's backends and what every node serves.
+    pub directory: Directory,
+    /// Who may call, and how many at once.
+    pub intake: Intake,
+    /// The signed links to the other nodes.
+    pub links: Links,
+    /// The inputs of placement decisions besides the directory.
+    pub scheduling: Scheduling,
+    /// Metrics and the call stream.
+    pub telemetry: Telemetry,
+    /// Answers kept after their call.
+    pub kept: Kept,
     /// Deployed functions, with a state folder ([`NodeOptions::state_dir`]).
     pub deploys: Option<Arc<crate::deploy::Deployer>>,
-    /// The call stream's subscribers and recent latencies (kept across reloads).
-    pub events: Arc<crate::events::EventBus>,
-    /// HTTPS client for node-to-node requests other than calls (load reports); with an
-    /// offload secret only.
-    peer_client: Option<reqwest::Client>,
     /// What the node was started with, for reloads.
     opts: NodeOptions,
 }
@@ -102,8 +267,8 @@ pub struct NodeState {
 impl std::fmt::Debug for NodeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeState")
-            .field("id", &self.id)
-            .field("role", &self.role)
+            .field("id", &self.place.id)
+            .field("role", &self.place.role)
             .finish_non_exhaustive()
     }
 }
@@ -126,7 +291,13 @@ impl NodeState {
         topology: Arc<Topology>,
         backends: Vec<Arc<dyn FunctionBackend>>,
     ) -> anyhow::Result<Self> {
-        Self::build(topology, &self.id, backends, self.opts.clone(), Some(self))
+        Self::build(
+            topology,
+            &self.place.id,
+            backends,
+            self.opts.clone(),
+            Some(self),
+        )
     }
 
     fn build(
@@ -136,60 +307,16 @@ impl NodeState {
         opts: NodeOptions,
         before: Option<&NodeState>,
     ) -> anyhow::Result<Self> {
-        let node = topology
-            .node(id)
-            .ok_or_else(|| anyhow::anyhow!("{}: no node with id {id:?}", topology.source))?;
-        let map = topology.service_map()?;
-        let key = opts.offload_secret.as_deref().map(OffloadKey::new);
-        let link = match (node.role, &key) {
-            (Role::Edge, Some(key)) => Some(NodeLink::new(
-                map.cloud(),
-                id,
-                key.clone(),
-                opts.ca_pem.as_deref(),
-            )?),
-            _ => None,
-        };
-        let loads = before.map(|b| b.loads.clone()).unwrap_or_default();
-        let profiles = before.map(|b| b.profiles.clone()).unwrap_or_default();
-        let scheduler = match link {
-            Some(_) => {
-                EdgeScheduler::from_topology(&topology, id, loads.clone(), profiles.clone())?
-            }
-            None => None,
-        };
-        let peer_client = match (before, &key) {
-            (Some(b), Some(_)) if b.peer_client.is_some() => b.peer_client.clone(),
-            (_, Some(_)) => {
-                let mut client = reqwest::Client::builder();
-                if let Some(pem) = &opts.ca_pem {
-                    client = client.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
-                }
-                Some(client.build()?)
-            }
-            (_, None) => None,
-        };
-        let id_header = HeaderValue::from_str(id)?;
-        let peers = if opts.probe_peers && tokio::runtime::Handle::try_current().is_ok() {
-            let mut client = reqwest::Client::builder();
-            if let Some(pem) = &opts.ca_pem {
-                client = client.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
-            }
-            let interval = Duration::from_millis(topology.dns.probe_interval_ms.max(50));
-            Some(crate::peers::PeerHealth::start(
-                &map,
-                id,
-                client.build()?,
-                interval,
-                profiles.clone(),
-            ))
-        } else {
-            None
-        };
+        let place = Place::new(topology, id, &opts)?;
+        let profiles = before
+            .map(|b| b.scheduling.profiles.clone())
+            .unwrap_or_default();
+        let links = Links::new(&place, &opts, &profiles, before.map(|b| &b.links))?;
+        let scheduling = Scheduling::new(&place, &links, profiles, before.map(|b| &b.scheduling))?;
         let deploys = match (before, &opts.state_dir) {
             (Some(b), _) if b.deploys.is_some() => b.deploys.clone(),
             (_, Some(dir)) => Some(Arc::new(
-                crate::deploy::Deployer::open(dir, topology.deploy.clone()).map_err(|e| {
+                crate::deploy::Deployer::open(dir, place.topology.deploy.clone()).map_err(|e| {
                     anyhow::anyhow!("cannot open the state folder {}: {e}", dir.display())
                 })?,
             )),
@@ -200,60 +327,48 @@ impl NodeState {
                 d.restore(local);
             }
         }
-        let access = Access::new(&topology.auth);
-        if access.is_open() && before.is_none_or(|b| !b.access.is_open()) {
-            tracing::warn!(
-                node = id,
-                "no [[auth.key]] in the topology: this node serves every caller"
-            );
-        }
-        Ok(Self {
-            id: id.to_owned(),
-            id_header,
-            role: node.role,
-            admission: Semaphore::new(topology.gateway.max_concurrent_calls.max(1)),
-            map,
-            directory: Directory::new(
-                &topology,
-                id,
-                backends,
-                link.clone(),
-                opts.fleet.as_ref().map(|f| f.view()),
-            ),
-            link,
-            scheduler,
-            key,
-            access,
-            peers,
-            limits: RateLimits::new(&topology.limits),
-            queued: Default::default(),
-            locator: opts.locator.clone(),
-            ready: before.map_or_else(|| Arc::new(AtomicBool::new(true)), |b| b.ready.clone()),
-            metrics: before.map_or_else(
-                || Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
-                |b| b.metrics.clone(),
-            ),
-            idempotency: before.map_or_else(
-                || match &opts.fleet {
+        let directory = Directory::new(
+            &place.topology,
+            id,
+            backends,
+            links.outbound.clone(),
+            opts.fleet.as_ref().map(|f| f.view()),
+        );
+        let telemetry = match before {
+            Some(b) => Telemetry {
+                metrics: b.telemetry.metrics.clone(),
+                events: b.telemetry.events.clone(),
+            },
+            None => Telemetry {
+                metrics: Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
+                events: Arc::default(),
+            },
+        };
+        let kept = match before {
+            Some(b) => Kept {
+                idempotency: b.kept.idempotency.clone(),
+                activations: b.kept.activations.clone(),
+            },
+            None => Kept {
+                idempotency: match &opts.fleet {
                     Some(f) => Arc::new(crate::idempotency::IdempotencyCache::shared(
                         f.calls().clone(),
                     )),
                     None => Arc::default(),
                 },
-                |b| b.idempotency.clone(),
-            ),
-            activations: before.map(|b| b.activations.clone()).unwrap_or_default(),
-            events: before.map(|b| b.events.clone()).unwrap_or_default(),
-            loads,
-            profiles,
-            prewarm: crate::prewarm::Prewarm::carried(
-                before.map(|b| &b.prewarm),
-                &topology.prewarm,
-            ),
+                activations: Arc::default(),
+            },
+        };
+        Ok(Self {
+            intake: Intake::new(&place.topology, id, before.map(|b| &b.intake)),
+            place,
+            directory,
+            links,
+            scheduling,
+            telemetry,
+            kept,
             deploys,
-            peer_client,
             opts,
-            topology,
         })
     }
 
@@ -264,19 +379,18 @@ impl NodeState {
 
     /// The client for node-to-node requests (with an offload secret only).
     pub fn peer_client(&self) -> Option<&reqwest::Client> {
-        self.peer_client.as_ref()
+        self.links.client.as_ref()
     }
 
     /// Deadline of one call.
     pub fn call_timeout(&self) -> Duration {
-        Duration::from_millis(self.topology.gateway.call_timeout_ms)
+        self.place.call_timeout()
     }
 
     /// Its queue, calls in flight and warm instances per function, for the fleet's load reports.
     pub fn load(&self) -> geofaas_fleet::NodeLoad {
-        let max = self.topology.gateway.max_concurrent_calls.max(1);
         let mut functions = std::collections::BTreeMap::new();
-        for f in &self.topology.functions {
+        for f in &self.place.topology.functions {
             for b in self.directory.backends() {
                 if let Some(s) = b.stats(&f.name) {
                     let e: &mut geofaas_fleet::FunctionLoad =
@@ -286,10 +400,10 @@ impl NodeState {
                 }
             }
         }
-        let (profiles, links) = self.profiles.report();
+        let (profiles, links) = self.scheduling.profiles.report();
         geofaas_fleet::NodeLoad {
-            queued: self.queued.load(Ordering::Relaxed),
-            running: max.saturating_sub(self.admission.available_permits()),
+            queued: self.intake.queued.load(Ordering::Relaxed),
+            running: self.intake.running(&self.place.topology),
             functions,
             profiles,
             links,
@@ -298,7 +412,7 @@ impl NodeState {
 
     /// Whether the node takes calls: not shutting down and at least one backend healthy.
     pub async fn is_ready(&self) -> bool {
-        if !self.ready.load(Ordering::Relaxed) {
+        if !self.intake.ready.load(Ordering::Relaxed) {
             return false;
         }
         for b in self.directory.backends() {
@@ -316,7 +430,9 @@ pub struct Live(arc_swap::ArcSwap<NodeState>);
 
 impl std::fmt::Debug for Live {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Live").field(&self.current().id).finish()
+        f.debug_tuple("Live")
+            .field(&self.current().place.id)
+            .finish()
     }
 }
 

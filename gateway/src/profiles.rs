@@ -362,6 +362,7 @@ pub fn settle(
             let t = Timing::of(answer.headers());
             let cold = (*ran == Ran::LocalNew).then_some(t.cold);
             state
+                .scheduling
                 .profiles
                 .local_call(function, took - t.queue - t.cold, cold);
         }
@@ -370,14 +371,14 @@ pub fn settle(
                 .headers()
                 .get(SERVED_BY)
                 .and_then(|v| v.to_str().ok());
-            if let Some(by) = by.filter(|by| *by != state.id) {
+            if let Some(by) = by.filter(|by| *by != state.place.id) {
                 let remote = Timing::of(answer.headers()).total();
-                state.profiles.forwarded(by, took - remote);
+                state.scheduling.profiles.forwarded(by, took - remote);
             }
         }
         _ => {}
     }
-    let (Some(predicted), Some(s)) = (predicted, &state.scheduler) else {
+    let (Some(predicted), Some(s)) = (predicted, &state.scheduling.policy) else {
         return;
     };
     let Some((ran, why)) = outcome.placement() else {
@@ -403,7 +404,10 @@ pub fn settle(
     if let Ok(v) = HeaderValue::try_from(value) {
         h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
     }
-    state.metrics.prediction(ran.label(), took / predicted);
+    state
+        .telemetry
+        .metrics
+        .prediction(ran.label(), took / predicted);
 }
 
 /// `GET /node/profiles` (admin key when keys are configured): this node's measured profiles.
@@ -413,10 +417,16 @@ pub fn routes() -> Router<Arc<Live>> {
 
 async fn serve(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
     let state = live.current();
-    if let Err(e) = state.access.admin(&headers) {
+    if let Err(e) = state.intake.access.admin(&headers) {
         return e.into_response();
     }
-    Json(state.profiles.snapshot(&state.id, &state.topology)).into_response()
+    Json(
+        state
+            .scheduling
+            .profiles
+            .snapshot(&state.place.id, &state.place.topology),
+    )
+    .into_response()
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

@@ -37,7 +37,7 @@ use crate::headers::name::{OFFLOAD, REQUEST_ID, RETRY, SERVED_BY};
 use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
-use crate::node::{Live, NodeState};
+use crate::node::{Links, Live, NodeState, Place};
 use crate::placement;
 use crate::routing::{self, Route};
 
@@ -130,12 +130,12 @@ struct RequestLimits {
 
 impl RequestLimits {
     fn of(state: &NodeState) -> Self {
-        let settings = &state.topology.gateway;
+        let settings = &state.place.topology.gateway;
         Self {
             headers: HeaderLimits {
                 total: settings.max_header_bytes,
                 line: settings.max_header_line_bytes,
-                count: state.topology.limits.max_headers,
+                count: state.place.topology.limits.max_headers,
             },
             body: settings.max_body_bytes,
         }
@@ -190,8 +190,8 @@ async fn call(
     let state = live.current();
     let received = Instant::now();
     let request_id = headers::request_id(req.headers());
-    let span = tracing::debug_span!("call", node = %state.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
-    let mut seen = crate::events::Seen::new(&state, &name);
+    let span = tracing::debug_span!("call", node = %state.place.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
+    let mut seen = crate::events::Seen::new(&state.telemetry.events, &name);
     let mut preconnect = None;
     let call = handle_call(
         state.clone(),
@@ -235,16 +235,16 @@ async fn handle_call(
         return Err(ApiError::bad_function_name());
     }
     if let Some(addr) = client {
-        state.limits.client(addr.ip())?;
+        state.intake.limits.client(addr.ip())?;
     }
-    let signed = signed_by_peer(&state, &parts.method, &parts.uri, &parts.headers);
+    let signed = signed_by_peer(&state.links, &parts.method, &parts.uri, &parts.headers);
     let caller = if signed {
         Caller::Node
     } else {
-        state.access.call(&parts.headers, &name)?
+        state.intake.access.call(&parts.headers, &name)?
     };
     if let Some(id) = caller.key_id() {
-        state.limits.key(id)?;
+        state.intake.limits.key(id)?;
     }
     let path_and_query = parts
         .uri
@@ -253,15 +253,22 @@ async fn handle_call(
         .to_owned();
     let location = locate(&state, &parts.headers, client, signed)?;
     seen.located(location.as_ref(), signed);
-    let pinned = signed || retried_at_the_cloud(&state, &parts.headers);
-    let route = placement::route(&state.map, &state.id, location.as_ref(), pinned, |id| {
-        state.peers.as_ref().is_none_or(|p| p.is_up(id))
-    });
+    let pinned = signed || retried_at_the_cloud(&state.place, &parts.headers);
+    let route = placement::route(
+        &state.place.map,
+        &state.place.id,
+        location.as_ref(),
+        pinned,
+        |id| state.links.health.as_ref().is_none_or(|p| p.is_up(id)),
+    );
     let route_time = received.elapsed();
     if let Route::Handover(target) = route {
-        state.metrics.handover(&target.id);
+        state.telemetry.metrics.handover(&target.id);
         seen.handed_over(&target.id);
-        return handover(&state, &routing::handover_url(target, &path_and_query));
+        return handover(
+            &state.place,
+            &routing::handover_url(target, &path_and_query),
+        );
     }
     // Served here: track the client, warm the function where it is heading and hint the
     // client to connect there (`prewarm`).
@@ -272,8 +279,8 @@ async fn handle_call(
     let body = body::read(
         &parts.headers,
         body,
-        state.topology.gateway.max_body_bytes,
-        Duration::from_millis(state.topology.limits.body_timeout_ms),
+        state.place.topology.gateway.max_body_bytes,
+        Duration::from_millis(state.place.topology.limits.body_timeout_ms),
     )
     .await?;
     let idempotency_key =
@@ -283,7 +290,7 @@ async fn handle_call(
         method: parts.method,
         path_and_query,
         headers: crate::logs::with_request_id(
-            headers::for_function(&parts.headers, here(&state), location.as_ref()),
+            headers::for_function(&parts.headers, here(&state.place), location.as_ref()),
             &request_id,
         ),
         body,
@@ -297,14 +304,15 @@ async fn handle_call(
     if crate::activations::wants_async(&parts.headers) {
         let owner = caller.key_id().map(str::to_owned);
         return state
+            .kept
             .activations
             .start(state.clone(), call, owner.as_deref());
     }
     match idempotency_key {
         Some((key, request)) => {
             let run = async { invoke::run(&state, call).await.into_result() };
-            let retry = retried_at_the_cloud(&state, &parts.headers);
-            Box::pin(state.idempotency.run(key, request, retry, run)).await
+            let retry = retried_at_the_cloud(&state.place, &parts.headers);
+            Box::pin(state.kept.idempotency.run(key, request, retry, run)).await
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
     }
@@ -351,7 +359,7 @@ fn locate(
     if let Some(l) = routing::header_location(headers)? {
         return Ok(Some(l));
     }
-    Ok(match (&state.locator, client) {
+    Ok(match (&state.place.locator, client) {
         (Some(loc), Some(addr)) => loc
             .locate(addr.ip())
             .map(|p| ClientLocation::point(p, Source::GeoIp, None)),
@@ -360,19 +368,19 @@ fn locate(
 }
 
 /// This node as a function's geo context names it.
-fn here(state: &NodeState) -> geo::Here<'_> {
+fn here(place: &Place) -> geo::Here<'_> {
     geo::Here {
-        id: &state.id_header,
-        role: state.role,
-        location: state.map.node(&state.id).map(|n| n.location),
+        id: &place.id_header,
+        role: place.role,
+        location: place.map.node(&place.id).map(|n| n.location),
     }
 }
 
-fn handover(state: &NodeState, location: &str) -> Result<Response<Body>, ApiError> {
+fn handover(place: &Place, location: &str) -> Result<Response<Body>, ApiError> {
     Response::builder()
         .status(StatusCode::TEMPORARY_REDIRECT)
         .header(header::LOCATION, location)
-        .header(SERVED_BY, state.id_header.clone())
+        .header(SERVED_BY, place.id_header.clone())
         .body(Body::empty())
         .map_err(|_| {
             ApiError::new(
@@ -385,13 +393,13 @@ fn handover(state: &NodeState, location: &str) -> Result<Response<Body>, ApiErro
 
 /// A client's explicit retry at the cloud, served there. Only the cloud honours it: an edge
 /// serving it would serve any client outside its area.
-fn retried_at_the_cloud(state: &NodeState, headers: &HeaderMap) -> bool {
-    state.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
+fn retried_at_the_cloud(place: &Place, headers: &HeaderMap) -> bool {
+    place.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
 }
 
 /// Offloaded by a peer with a valid, fresh signature: served where it lands.
-fn signed_by_peer(state: &NodeState, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
-    if let (Some(key), Some(v)) = (&state.key, headers.get(OFFLOAD)) {
+fn signed_by_peer(links: &Links, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
+    if let (Some(key), Some(v)) = (&links.key, headers.get(OFFLOAD)) {
         if let Some(from) = v
             .to_str()
             .ok()
@@ -414,9 +422,9 @@ async fn activation(
     headers: HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
     let state = live.current();
-    let caller = state.access.caller(&headers)?;
-    let admin = state.access.is_open() || matches!(caller, Caller::Key(k) if k.admin);
-    state.activations.get(&id, caller.key_id(), admin)
+    let caller = state.intake.access.caller(&headers)?;
+    let admin = state.intake.access.is_open() || matches!(caller, Caller::Key(k) if k.admin);
+    state.kept.activations.get(&id, caller.key_id(), admin)
 }
 
 /// The topology's functions with their profiles, what this node serves, and what it knows
@@ -424,6 +432,7 @@ async fn activation(
 async fn functions(State(live): State<Arc<Live>>) -> Json<serde_json::Value> {
     let state = live.current();
     let profiles: Vec<_> = state
+        .place
         .topology
         .functions
         .iter()
@@ -431,7 +440,7 @@ async fn functions(State(live): State<Arc<Live>>) -> Json<serde_json::Value> {
         .collect();
     let view = state.directory.view().await;
     Json(json!({
-        "node": state.id,
+        "node": state.place.id,
         "functions": profiles,
         "served_here": view.served_here,
         "nodes": view.nodes,
@@ -452,8 +461,9 @@ async fn registry(
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let nodes: Vec<_> = state
+        .place
         .map
         .nodes()
         .iter()
@@ -468,7 +478,7 @@ async fn registry(
         })
         .collect();
     Ok(Json(
-        json!({"self": state.id, "ready": state.ready.load(Ordering::Relaxed), "nodes": nodes}),
+        json!({"self": state.place.id, "ready": state.intake.ready.load(Ordering::Relaxed), "nodes": nodes}),
     ))
 }
 
@@ -484,7 +494,7 @@ async fn load_report(
 
 async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<Body> {
     let state = live.current();
-    if let Err(e) = state.access.admin(&headers) {
+    if let Err(e) = state.intake.access.admin(&headers) {
         return e.into_response();
     }
     crate::prewarm::publish(&state);
@@ -493,7 +503,7 @@ async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        state.metrics.render(),
+        state.telemetry.metrics.render(),
     )
         .into_response()
 }

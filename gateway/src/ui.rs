@@ -54,7 +54,7 @@ pub fn routes() -> Router<Arc<Live>> {
 /// Allows an operator: anyone on an open node, a request signed by another node for `path`, or
 /// an admin key (bearer token, or the password of HTTP Basic auth).
 pub fn operator(state: &NodeState, headers: &HeaderMap, path: &str) -> Result<(), ApiError> {
-    if let (Some(key), Some(v)) = (&state.key, headers.get(OFFLOAD)) {
+    if let (Some(key), Some(v)) = (&state.links.key, headers.get(OFFLOAD)) {
         if v.to_str()
             .ok()
             .and_then(|v| key.verify(v, "GET", path))
@@ -70,9 +70,9 @@ pub fn operator(state: &NodeState, headers: &HeaderMap, path: &str) -> Result<()
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "unknown API key")
             })?;
             bearer.insert(header::AUTHORIZATION, value);
-            state.access.admin(&bearer).map(drop)
+            state.intake.access.admin(&bearer).map(drop)
         }
-        None => state.access.admin(headers).map(drop),
+        None => state.intake.access.admin(headers).map(drop),
     }
 }
 
@@ -181,18 +181,18 @@ pub async fn own_status(state: &NodeState) -> Value {
         .map(|f| (f.name, json!(f.live)))
         .collect();
     json!({
-        "node": state.id,
+        "node": state.place.id,
         "ready": state.is_ready().await,
         "load": {
             "running": load.running,
             "queued": load.queued,
-            "max_concurrent": state.topology.gateway.max_concurrent_calls.max(1),
+            "max_concurrent": state.place.topology.gateway.max_concurrent_calls.max(1),
             "functions": load.functions,
         },
         "functions": view.served_here,
         "versions": versions,
-        "latency_ms": state.events.percentiles(),
-        "subscribers": state.events.subscribers(),
+        "latency_ms": state.telemetry.events.percentiles(),
+        "subscribers": state.telemetry.events.subscribers(),
     })
 }
 
@@ -202,10 +202,10 @@ pub async fn own_status(state: &NodeState) -> Value {
 async fn state(State(live): State<Arc<Live>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let state = live.current();
     operator(&state, &headers, "/ui/state")?;
-    let asks = state.map.nodes().iter().map(|n| {
+    let asks = state.place.map.nodes().iter().map(|n| {
         let state = state.clone();
         async move {
-            if n.id == state.id {
+            if n.id == state.place.id {
                 own_status(&state).await
             } else {
                 peer_status(&state, &n.id, &n.public_url).await
@@ -214,6 +214,7 @@ async fn state(State(live): State<Arc<Live>>, headers: HeaderMap) -> Result<Json
     });
     let statuses = futures::future::join_all(asks).await;
     let nodes: Vec<Value> = state
+        .place
         .map
         .nodes()
         .iter()
@@ -240,7 +241,7 @@ async fn state(State(live): State<Arc<Live>>, headers: HeaderMap) -> Result<Json
         })
         .collect();
     Ok(Json(
-        json!({"self": state.id, "zone": state.topology.zone, "nodes": nodes}),
+        json!({"self": state.place.id, "zone": state.place.topology.zone, "nodes": nodes}),
     ))
 }
 
@@ -250,7 +251,7 @@ fn round6(x: f64) -> f64 {
 
 async fn peer_status(state: &NodeState, id: &str, base: &url::Url) -> Value {
     let error = |e: String| json!({"node": id, "error": e});
-    let (Some(client), Some(key)) = (state.peer_client(), &state.key) else {
+    let (Some(client), Some(key)) = (state.peer_client(), &state.links.key) else {
         return error("this node has no offload secret, so it cannot ask its peers".into());
     };
     let Ok(url) = base.join(NODE_PATH) else {
@@ -258,7 +259,7 @@ async fn peer_status(state: &NodeState, id: &str, base: &url::Url) -> Value {
     };
     let resp = client
         .get(url)
-        .header(OFFLOAD, key.sign(&state.id, "GET", NODE_PATH))
+        .header(OFFLOAD, key.sign(&state.place.id, "GET", NODE_PATH))
         .timeout(PEER_TIMEOUT)
         .send()
         .await

@@ -82,7 +82,11 @@ impl Cluster {
 
     /// `https://127.0.0.1:<port>` of a node.
     pub fn url(&self, id: &str) -> String {
-        let node = self.nodes.iter().find(|n| n.state.id == id).expect("node");
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.state.place.id == id)
+            .expect("node");
         format!("https://127.0.0.1:{}", node.addr.port())
     }
 

@@ -112,7 +112,7 @@ async fn a_dead_neighbour_is_never_a_handover_target_its_clients_go_to_the_cloud
     let i = c
         .nodes
         .iter()
-        .position(|n| n.state.id == "potsdam")
+        .position(|n| n.state.place.id == "potsdam")
         .unwrap();
     c.nodes.remove(i).shutdown().await.unwrap();
     // Within a few probe intervals the edge stops sending Potsdam clients to potsdam.

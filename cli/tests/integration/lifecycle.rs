@@ -50,7 +50,7 @@ pub(crate) async fn tls_h1(
 fn port(c: &Cluster, id: &str) -> u16 {
     c.nodes
         .iter()
-        .find(|n| n.state.id == id)
+        .find(|n| n.state.place.id == id)
         .unwrap()
         .addr
         .port()
@@ -105,7 +105,7 @@ async fn a_draining_node_turns_not_ready_first_and_keeps_answering_through_the_g
     let i = c
         .nodes
         .iter()
-        .position(|n| n.state.id == "tu-berlin")
+        .position(|n| n.state.place.id == "tu-berlin")
         .unwrap();
     let node = c.nodes.remove(i);
     let drain = tokio::spawn(node.drain(Duration::from_secs(2)));
@@ -166,7 +166,11 @@ async fn reloads_apply_valid_topologies_refuse_invalid_ones_and_drop_no_call() {
     let hash = geofaas_gateway::access::sha256_hex("k");
     let keyed =
         format!("{plain}\n[[auth.key]]\nid = \"k\"\nsha256 = \"{hash}\"\nfunctions = [\"*\"]\n");
-    let edge = c.nodes.iter().find(|n| n.state.id == "tu-berlin").unwrap();
+    let edge = c
+        .nodes
+        .iter()
+        .find(|n| n.state.place.id == "tu-berlin")
+        .unwrap();
 
     // Calls keep coming while the topology is swapped back and forth.
     let url = format!("{}/fn/echo", c.url("tu-berlin"));

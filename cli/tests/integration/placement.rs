@@ -59,14 +59,17 @@ async fn berlin(cores: u32) -> Cluster {
 }
 
 fn node<'a>(c: &'a Cluster, id: &str) -> &'a NodeHandle {
-    c.nodes.iter().find(|n| n.state.id == id).expect("node")
+    c.nodes
+        .iter()
+        .find(|n| n.state.place.id == id)
+        .expect("node")
 }
 
 /// Waits until `at` holds a fresh load report of `of`.
 async fn until_reported(c: &Cluster, at: &str, of: &str) {
     let state = node(c, at).current();
-    let stale = geofaas_gateway::loads::stale_ms(&state.topology);
-    while !state.loads.is_fresh(of, stale) {
+    let stale = geofaas_gateway::loads::stale_ms(&state.place.topology);
+    while !state.scheduling.loads.is_fresh(of, stale) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -183,8 +186,8 @@ async fn a_saturated_edge_places_calls_on_its_neighbour_and_ignores_stale_report
     let potsdam = c.nodes.remove(1);
     potsdam.shutdown().await.unwrap();
     let state = node(&c, "tu-berlin").current();
-    let stale = geofaas_gateway::loads::stale_ms(&state.topology);
-    while state.loads.is_fresh("potsdam", stale) {
+    let stale = geofaas_gateway::loads::stale_ms(&state.place.topology);
+    while state.scheduling.loads.is_fresh("potsdam", stale) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A report that arrives late is just as stale.

@@ -95,7 +95,10 @@ impl Fleet {
     }
 
     fn node(&self, id: &str) -> &NodeHandle {
-        self.nodes.iter().find(|n| n.state.id == id).expect("node")
+        self.nodes
+            .iter()
+            .find(|n| n.state.place.id == id)
+            .expect("node")
     }
 
     fn url(&self, id: &str) -> String {
@@ -207,7 +210,13 @@ async fn the_configured_profile_is_the_prior_until_enough_calls_were_measured() 
             // Served here, as the model says it takes 500 ms (3 GHz).
             assert_eq!(predicted, 500.0, "call {call}");
         } else {
-            let measured = f.node("cbd").current().profiles.facts("known").unwrap();
+            let measured = f
+                .node("cbd")
+                .current()
+                .scheduling
+                .profiles
+                .facts("known")
+                .unwrap();
             assert!(measured.calls >= PRIOR_CALLS);
             assert!(
                 (10.0..500.0).contains(&predicted),
@@ -317,14 +326,23 @@ async fn load_reports_carry_a_nodes_profiles_to_the_other_nodes() {
     for _ in 0..6 {
         f.call("cbd", "quick").await;
     }
-    let own = f.node("cbd").current().profiles.facts("quick").unwrap();
+    let own = f
+        .node("cbd")
+        .current()
+        .scheduling
+        .profiles
+        .facts("quick")
+        .unwrap();
     let docklands = f.node("docklands").current();
-    let stale = geofaas_gateway::loads::stale_ms(&docklands.topology);
+    let stale = geofaas_gateway::loads::stale_ms(&docklands.place.topology);
     let give_up = std::time::Instant::now() + Duration::from_secs(60);
     let (theirs, links) = loop {
-        let seen = docklands.loads.with_fresh("cbd", now_ms(), stale, |r| {
-            (r.load.profiles.get("quick").copied(), r.load.links.clone())
-        });
+        let seen = docklands
+            .scheduling
+            .loads
+            .with_fresh("cbd", now_ms(), stale, |r| {
+                (r.load.profiles.get("quick").copied(), r.load.links.clone())
+            });
         if let Some((Some(p), links)) = seen.filter(|(p, _)| p.is_some_and(|p| p.calls == 6)) {
             break (p, links);
         }

@@ -40,7 +40,6 @@ mod zygote;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +58,7 @@ pub use prewarm::{PrewarmStats, WarmUp};
 pub use spec::{load as load_function, FunctionSpec, Runtime};
 
 use crate::{ContainerChoice, FunctionBackend, Health, Invocation, InvokeError, InvokeOutput};
-use pool::{GetContext, WorkerManager, WorkerPool, GET_CONTEXT};
+use pool::{GetError, WorkerManager, WorkerPool};
 use worker::{FirstCall, InstanceSource, Launch};
 
 const PYTHON_BOOTSTRAP: &str = include_str!("bootstrap/worker.py");
@@ -571,20 +570,19 @@ impl LocalRuntime {
         {
             return Err(InvokeError::Overloaded { retry_after: None });
         }
-        let ctx = GetContext {
-            force_new: call.container == ContainerChoice::New,
-            ..GetContext::default()
-        };
-        let admitted = Arc::clone(&ctx.admitted);
-        let got = tokio::time::timeout(budget, GET_CONTEXT.scope(ctx, pool.get())).await;
-        let mut worker = match got {
-            Ok(got) => got.map_err(|e| pool_error(e, name))?,
+        let get_error = |e| match e {
             // Still queueing for a free instance: the pool was full the whole time.
-            Err(_) if !admitted.load(Ordering::Relaxed) => {
-                return Err(InvokeError::Overloaded { retry_after: None })
-            }
-            Err(_) => return Err(InvokeError::Timeout(budget)),
+            GetError::Full => InvokeError::Overloaded { retry_after: None },
+            GetError::Timeout => InvokeError::Timeout(budget),
+            GetError::Pool(e) => pool_error(e, name),
         };
+        let mut worker = pool::get(pool, budget).await.map_err(get_error)?;
+        if call.container == ContainerChoice::New && worker.cold.is_none() {
+            let left = budget.saturating_sub(started.elapsed());
+            pool::renew(&mut worker, pool.manager(), left)
+                .await
+                .map_err(get_error)?;
+        }
         let cold = worker.cold.take();
         let manager = pool.manager();
         if std::mem::take(&mut worker.prewarmed) {

@@ -4,46 +4,19 @@
 //! none is idle and the pool is below `max_instances`; otherwise the caller queues until an
 //! instance is returned or its deadline passes. Recycling checks that the worker is still
 //! alive and has not outlived its keep-alive. A call that must run on a fresh instance
-//! ([`crate::ContainerChoice::New`]) says so in a task-local [`GetContext`] for the duration of
-//! its `get`: if deadpool offers an idle instance, recycling replaces it with a newly started
-//! one (the idle process is stopped), so a forced cold start never grows the pool past its
-//! maximum. The same context records whether the caller got past the queue, so a deadline that
-//! expires while queueing is reported as overload and one that expires while starting an
-//! instance as a timeout.
+//! ([`crate::ContainerChoice::New`]) gets its pool slot like any other and, when deadpool
+//! hands it an idle instance, replaces that one with a newly started one ([`renew`]; the idle
+//! process is stopped), so a forced cold start never grows the pool past its maximum.
+//! [`get`] tells a deadline that passes while queueing (overload) from one that passes while
+//! an instance starts (a timeout) by deadpool's own timeout kinds.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
+use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, Timeouts};
 
 use super::spec::FunctionSpec;
 use super::worker::{InstanceSource, Launch, StartError, Worker};
-
-tokio::task_local! {
-    /// Set while a call is getting its instance from the pool.
-    pub(crate) static GET_CONTEXT: GetContext;
-}
-
-/// What a caller of `Pool::get` tells the manager, and learns back from it.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct GetContext {
-    /// The call must run on a newly started instance.
-    pub force_new: bool,
-    /// Set once the pool admitted the caller (it is creating or recycling an instance for it).
-    pub admitted: Arc<AtomicBool>,
-}
-
-impl GetContext {
-    fn admit() -> bool {
-        GET_CONTEXT
-            .try_with(|ctx| {
-                ctx.admitted.store(true, Ordering::Relaxed);
-                ctx.force_new
-            })
-            .unwrap_or(false)
-    }
-}
 
 /// The pool of one function's instances.
 pub(crate) type WorkerPool = managed::Pool<WorkerManager>;
@@ -65,14 +38,12 @@ impl managed::Manager for WorkerManager {
     type Error = StartError;
 
     async fn create(&self) -> Result<Worker, StartError> {
-        GetContext::admit();
         let worker = Worker::start(&self.spec, &self.launch, &self.source).await?;
         tracing::debug!(function = %self.spec.name, pid = ?worker.pid(), "instance started");
         Ok(worker)
     }
 
     async fn recycle(&self, worker: &mut Worker, _: &Metrics) -> RecycleResult<StartError> {
-        let force_new = GetContext::admit();
         let unusable = if !worker.is_alive() {
             Some("worker exited")
         } else if worker.idle_since.elapsed() >= self.keep_alive {
@@ -86,22 +57,70 @@ impl managed::Manager for WorkerManager {
             }
             return Err(RecycleError::message(why));
         }
-        if force_new {
-            if worker.prewarmed {
-                self.prewarm.wasted(1);
-            }
-            let fresh = Worker::start(&self.spec, &self.launch, &self.source).await?;
-            tracing::debug!(
-                function = %self.spec.name,
-                old = ?worker.pid(),
-                new = ?fresh.pid(),
-                "new instance requested: replacing an idle one"
-            );
-            // The replaced worker is dropped here, which kills its process group.
-            *worker = fresh;
-        }
         Ok(())
     }
+}
+
+/// Why getting an instance failed.
+#[derive(Debug)]
+pub(crate) enum GetError {
+    /// The deadline passed while waiting for a free slot: the pool was full the whole time.
+    Full,
+    /// The deadline passed while an instance was starting.
+    Timeout,
+    /// The pool is closed or the instance could not start.
+    Pool(PoolError<StartError>),
+}
+
+/// An instance of `pool` within `budget`: an idle one, or one started now.
+pub(crate) async fn get(
+    pool: &WorkerPool,
+    budget: Duration,
+) -> Result<managed::Object<WorkerManager>, GetError> {
+    // The wait ends a little before the whole budget, so a caller still queueing when the
+    // budget runs out learns that it never got a slot (deadpool's `Wait` timeout), and one
+    // whose instance is still starting is cut off by the outer timeout.
+    let timeouts = Timeouts {
+        wait: Some(
+            budget
+                .saturating_sub(Duration::from_millis(2))
+                .max(Duration::from_micros(1)),
+        ),
+        create: None,
+        recycle: None,
+    };
+    match tokio::time::timeout(budget, pool.timeout_get(&timeouts)).await {
+        Ok(Ok(worker)) => Ok(worker),
+        Ok(Err(PoolError::Timeout(managed::TimeoutType::Wait))) => Err(GetError::Full),
+        Ok(Err(e)) => Err(GetError::Pool(e)),
+        Err(_) => Err(GetError::Timeout),
+    }
+}
+
+/// Replaces an idle instance handed out by the pool with a newly started one, for a call
+/// that must run on a fresh instance; the old process is stopped. Takes at most `budget`.
+pub(crate) async fn renew(
+    worker: &mut managed::Object<WorkerManager>,
+    manager: &WorkerManager,
+    budget: Duration,
+) -> Result<(), GetError> {
+    if worker.prewarmed {
+        manager.prewarm.wasted(1);
+    }
+    let start = Worker::start(&manager.spec, &manager.launch, &manager.source);
+    let fresh = match tokio::time::timeout(budget, start).await {
+        Ok(started) => started.map_err(|e| GetError::Pool(PoolError::Backend(e)))?,
+        Err(_) => return Err(GetError::Timeout),
+    };
+    tracing::debug!(
+        function = %manager.spec.name,
+        old = ?worker.pid(),
+        new = ?fresh.pid(),
+        "new instance requested: replacing an idle one"
+    );
+    // The replaced worker is dropped here, which kills its process group.
+    **worker = fresh;
+    Ok(())
 }
 
 /// Builds the pool of one function.

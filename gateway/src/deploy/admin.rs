@@ -63,7 +63,7 @@ async fn deploy(
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad_query(&e))?;
     let (deployer, runtime) = target(&state)?;
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
@@ -82,7 +82,7 @@ async fn deploy(
         }
     }
     let limit = deployer.settings().max_bundle_bytes;
-    let timeout = Duration::from_millis(state.topology.limits.body_timeout_ms);
+    let timeout = Duration::from_millis(state.place.topology.limits.body_timeout_ms);
     let bundle = crate::body::read(&headers, body, limit, timeout)
         .await
         .map_err(|e| {
@@ -103,7 +103,7 @@ async fn deploy(
     let (version, status) = deployer.deploy(&runtime, req).await?;
     let registry = super::sync::publish(&state, &status).await;
     Ok(Json(json!({
-        "node": state.id,
+        "node": state.place.id,
         "version": version,
         "function": status,
         "registry_error": registry,
@@ -115,12 +115,14 @@ async fn list(
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let functions = match &state.deploys {
         Some(d) => d.list()?,
         None => Vec::new(),
     };
-    Ok(Json(json!({"node": state.id, "functions": functions})))
+    Ok(Json(
+        json!({"node": state.place.id, "functions": functions}),
+    ))
 }
 
 async fn show(
@@ -129,10 +131,10 @@ async fn show(
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let (deployer, _) = target(&state)?;
     match deployer.status(&name)? {
-        Some(status) => Ok(Json(json!({"node": state.id, "function": status}))),
+        Some(status) => Ok(Json(json!({"node": state.place.id, "function": status}))),
         None => Err(not_deployed(&name)),
     }
 }
@@ -144,7 +146,7 @@ async fn rollback(
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad_query(&e))?;
     let (deployer, runtime) = target(&state)?;
     let status = deployer
@@ -152,7 +154,7 @@ async fn rollback(
         .await?;
     let registry = super::sync::publish(&state, &status).await;
     Ok(Json(
-        json!({"node": state.id, "function": status, "registry_error": registry}),
+        json!({"node": state.place.id, "function": status, "registry_error": registry}),
     ))
 }
 
@@ -162,7 +164,7 @@ async fn remove(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     let state = live.current();
-    state.access.admin(&headers)?;
+    state.intake.access.admin(&headers)?;
     let (deployer, runtime) = target(&state)?;
     if deployer.remove(&runtime, &name).await? {
         if let Some(e) = super::sync::unpublish(&state, &name).await {

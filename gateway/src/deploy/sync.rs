@@ -50,7 +50,7 @@ pub async fn publish(state: &NodeState, status: &FunctionStatus) -> Option<Strin
             version: r.version.clone(),
             percent: r.percent,
         }),
-        sources: vec![state.id.clone()],
+        sources: vec![state.place.id.clone()],
         updated_ms: geofaas_fleet::now_ms(),
     };
     match fleet.set_function(&desired).await {
@@ -81,7 +81,7 @@ pub async fn serve_version(
 ) -> Result<Response<Body>, ApiError> {
     let state = live.current();
     let path = version_path(&name, &id);
-    let signed = state.key.as_ref().and_then(|key| {
+    let signed = state.links.key.as_ref().and_then(|key| {
         let v = headers.get(OFFLOAD)?.to_str().ok()?;
         key.verify(v, "GET", &path).map(str::to_owned)
     });
@@ -209,22 +209,22 @@ async fn fetch(
     want: &DesiredFunction,
     id: &str,
 ) -> Result<(), String> {
-    let (Some(key), Some(client)) = (&state.key, state.peer_client()) else {
+    let (Some(key), Some(client)) = (&state.links.key, state.peer_client()) else {
         return Err("this node has no offload secret, so it cannot fetch from other nodes".into());
     };
     let path = version_path(&want.name, id);
-    let others = state.topology.nodes.iter().map(|n| &n.id);
+    let others = state.place.topology.nodes.iter().map(|n| &n.id);
     let mut order: Vec<&String> = want.sources.iter().collect();
     order.extend(others.filter(|n| !want.sources.contains(n)));
     let mut last = String::from("no other node");
-    for source in order.into_iter().filter(|n| **n != state.id) {
-        let Some(node) = state.topology.node(source) else {
+    for source in order.into_iter().filter(|n| **n != state.place.id) {
+        let Some(node) = state.place.topology.node(source) else {
             continue;
         };
         let url = format!("{}{path}", node.public_url.as_str().trim_end_matches('/'));
         let sent = client
             .get(url)
-            .header(OFFLOAD, key.sign(&state.id, "GET", &path))
+            .header(OFFLOAD, key.sign(&state.place.id, "GET", &path))
             .timeout(Duration::from_secs(30))
             .send()
             .await;

@@ -202,20 +202,20 @@ pub fn observe_call(
     signed: bool,
     at: Instant,
 ) -> Option<HeaderValue> {
-    if signed || !state.prewarm.settings.enabled() {
+    if signed || !state.scheduling.prewarm.settings.enabled() {
         return None;
     }
     let location = location?;
     let id = client_id(headers, key_id);
-    let seen = state.prewarm.foresee(
-        &state.map,
-        &state.id,
+    let seen = state.scheduling.prewarm.foresee(
+        &state.place.map,
+        &state.place.id,
         id.as_deref(),
         function,
         location.point,
         at,
     )?;
-    if let (Some(ask), Some(_)) = (seen.ask, &state.key) {
+    if let (Some(ask), Some(_)) = (seen.ask, &state.links.key) {
         tokio::spawn(send(state.clone(), ask));
     }
     preconnect::hint(state, seen.point, location.source)
@@ -232,6 +232,7 @@ async fn send(state: Arc<NodeState>, ask: Ask) {
     };
     tracing::debug!(function = %ask.function, to = %ask.target, %outcome, "pre-warm requested");
     state
+        .telemetry
         .metrics
         .prewarm_request(&ask.target, warm::outcome_label(&outcome));
 }
@@ -248,9 +249,13 @@ pub fn publish(state: &NodeState) {
         stats.wasted += s.wasted;
     }
     state
+        .telemetry
         .metrics
         .prewarm_instances(stats.started, stats.used, stats.wasted);
-    state.metrics.prewarm_tracked(state.prewarm.tracked());
+    state
+        .telemetry
+        .metrics
+        .prewarm_tracked(state.scheduling.prewarm.tracked());
 }
 
 #[cfg(test)]

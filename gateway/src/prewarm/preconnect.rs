@@ -23,9 +23,13 @@ use crate::routing::Route;
 /// to, or `None` when `state` would serve it.
 pub fn hint(state: &NodeState, point: LatLon, source: Source) -> Option<HeaderValue> {
     let there = ClientLocation::point(point, source, None);
-    let route = placement::route(&state.map, &state.id, Some(&there), false, |id| {
-        state.peers.as_ref().is_none_or(|p| p.is_up(id))
-    });
+    let route = placement::route(
+        &state.place.map,
+        &state.place.id,
+        Some(&there),
+        false,
+        |id| state.links.health.as_ref().is_none_or(|p| p.is_up(id)),
+    );
     match route {
         Route::Handover(target) => link(target),
         Route::Serve => None,

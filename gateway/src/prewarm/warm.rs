@@ -54,10 +54,11 @@ pub async fn ask(
     function: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    let (Some(key), Some(client)) = (&state.key, state.peer_client()) else {
+    let (Some(key), Some(client)) = (&state.links.key, state.peer_client()) else {
         return Err("no offload secret: this node cannot sign node-to-node requests".into());
     };
     let node = state
+        .place
         .map
         .node(target)
         .ok_or_else(|| format!("no node {target:?} in the topology"))?;
@@ -65,7 +66,7 @@ pub async fn ask(
     let url = format!("{}{path}", node.public_url.as_str().trim_end_matches('/'));
     let resp = client
         .post(url)
-        .header(OFFLOAD, key.sign(&state.id, "POST", &path))
+        .header(OFFLOAD, key.sign(&state.place.id, "POST", &path))
         .timeout(timeout)
         .send()
         .await
@@ -91,7 +92,7 @@ async fn warm(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let state = live.current();
-    let from = state.key.as_ref().and_then(|key| {
+    let from = state.links.key.as_ref().and_then(|key| {
         let v = headers.get(OFFLOAD)?.to_str().ok()?;
         key.verify(v, "POST", &warm_path(&function))
             .map(str::to_owned)
@@ -124,7 +125,7 @@ async fn warm(
         }
         tracing::debug!(function = %function, from = %from, result = warmed.label(), "warm instance requested");
         return Ok(Json(json!({
-            "node": state.id,
+            "node": state.place.id,
             "function": function,
             "result": warmed.label(),
         })));
