@@ -327,8 +327,8 @@ async fn a_call_another_node_signed_gets_no_preconnect_hint() {
     let key = c
         .nodes
         .iter()
-        .find(|n| n.state.id == "cloud")
-        .and_then(|n| n.state.key.clone())
+        .find(|n| n.state.place.id == "cloud")
+        .and_then(|n| n.state.links.key.clone())
         .expect("the cloud has the offload secret");
     for (h2, signed) in [(true, true), (false, true), (true, false), (false, false)] {
         let id = format!("walker-{h2}-{signed}");
