@@ -192,6 +192,7 @@ async fn call(
     let request_id = headers::request_id(req.headers());
     let span = tracing::debug_span!("call", node = %state.place.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
     let mut seen = crate::events::Seen::new(&state.telemetry.events, &name);
+    let mut preconnect = None;
     let call = handle_call(
         state.clone(),
         name,
@@ -200,11 +201,13 @@ async fn call(
         received,
         request_id.clone(),
         &mut seen,
+        &mut preconnect,
     );
     let mut resp = call
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    crate::prewarm::preconnect::add(&mut resp, preconnect);
     // The call's one event and latency sample (`/events`, `/ui/state`).
     seen.publish(&state, received, &request_id, &resp);
     resp.headers_mut()
@@ -212,6 +215,8 @@ async fn call(
     resp
 }
 
+// `preconnect` is filled in for the answer, whichever way it is built below.
+#[allow(clippy::too_many_arguments)]
 async fn handle_call(
     state: Arc<NodeState>,
     name: String,
@@ -220,6 +225,7 @@ async fn handle_call(
     received: Instant,
     request_id: HeaderValue,
     seen: &mut crate::events::Seen,
+    preconnect: &mut Option<HeaderValue>,
 ) -> Result<Response<Body>, ApiError> {
     let (parts, body) = req.into_parts();
     if parts.method != Method::GET && parts.method != Method::POST {
@@ -264,9 +270,11 @@ async fn handle_call(
             &routing::handover_url(target, &path_and_query),
         );
     }
-    // Served here: track the client and warm the function where it is heading (`prewarm`).
+    // Served here: track the client, warm the function where it is heading and hint the
+    // client to connect there (`prewarm`).
     let (key_id, loc) = (caller.key_id(), location.as_ref());
-    crate::prewarm::observe_call(&state, &parts.headers, key_id, &name, loc, signed, received);
+    *preconnect =
+        crate::prewarm::observe_call(&state, &parts.headers, key_id, &name, loc, signed, received);
     let idempotency_key = idempotency::key(&parts.headers, &name)?;
     let body = body::read(
         &parts.headers,

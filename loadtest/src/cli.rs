@@ -140,11 +140,13 @@ pub struct MobilityArgs {
     /// latency peaks are handovers, not cold starts.
     #[arg(long)]
     pub warm: bool,
-    /// Walk twice, each time on a freshly started (cold) fleet: without pre-warming
-    /// (`[prewarm] prewarm_s = 0`) and with it (`--prewarm-s`), as a client with an
-    /// `X-Client-Id` calling at `--rate` (default 5 per second); then a second client stands at
-    /// the walk's last point before its first handover for `--standing-calls` calls. Needs
-    /// --spawn. Writes requests-without.csv, requests-with.csv, summary.json and
+    /// Walk three times, each time on a freshly started (cold) fleet: without pre-warming
+    /// (`[prewarm] prewarm_s = 0`), with it (`--prewarm-s`) by a client that ignores the
+    /// nodes' `Link: rel=preconnect` hints, and with it by a client that opens a connection to
+    /// the hinted node ahead; always as a client with an `X-Client-Id` calling at `--rate`
+    /// (default 5 per second). Then a second client stands at the walk's last point before its
+    /// first handover for `--standing-calls` calls. Needs --spawn. Writes
+    /// requests-without.csv, requests-prewarm-only.csv, requests-with.csv, summary.json and
     /// mobility-prewarm.png.
     #[arg(long, conflicts_with = "warm")]
     pub compare_prewarm: bool,

@@ -5,9 +5,12 @@
 //! (and caches the new node), and after a timeout or a connection failure is retried once at the
 //! cloud with `X-GeoFaaS-Retry: 1` (see [`crate::route`] for the rules). Every call returns a
 //! [`CallReport`]: who served it, whether it was offloaded, how many attempts and redirects it
-//! took, its status and latency.
+//! took, its status and latency, and how many connections the client opened meanwhile. An
+//! answer's `Link: <origin>; rel=preconnect` hint (a node that foresees the client's handover
+//! names the next node) makes the client open a connection there in the background, as a
+//! mobile app would ([`crate::preconnect`]).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,6 +20,7 @@ use reqwest::{Method, StatusCode, Version};
 use url::Url;
 
 use crate::headers;
+use crate::preconnect::{self, Connections, Preconnects};
 use crate::route::{origin, Failure, RouteCache, Target};
 
 /// Most `307`s one call follows before it gives up (edge to cloud and back is two).
@@ -65,6 +69,9 @@ pub struct ClientConfig {
     /// Sent as `X-Client-Id` with every call, so nodes can track the client and warm a
     /// function where it is heading. Default none (not tracked).
     pub client_id: Option<String>,
+    /// Open a connection ahead to an origin an answer names in `Link: <...>; rel=preconnect`.
+    /// Default true.
+    pub preconnect: bool,
 }
 
 impl ClientConfig {
@@ -80,6 +87,7 @@ impl ClientConfig {
             fallback_ttl: Duration::from_secs(5),
             location_header: LocationHeader::ClientLocation,
             client_id: None,
+            preconnect: true,
         }
     }
 
@@ -136,6 +144,14 @@ pub struct CallReport {
     pub body: bytes::Bytes,
     /// Why the call failed, when it got no answer.
     pub error: Option<String>,
+    /// From the call's start to the last `307` it followed (zero without one): the handover's
+    /// detour through the old node.
+    pub redirect_time: Duration,
+    /// Connections the client opened while the call was in flight (the call's own, unless a
+    /// preconnect of this client ran at the same time).
+    pub new_connections: u64,
+    /// The origins the answer named with `Link: <...>; rel=preconnect`.
+    pub preconnect_hints: Vec<Url>,
 }
 
 impl CallReport {
@@ -161,6 +177,9 @@ pub struct GeoClient {
     timeout: Duration,
     location_header: LocationHeader,
     client_id: Option<HeaderValue>,
+    preconnect: bool,
+    connections: Connections,
+    preconnects: Arc<Preconnects>,
 }
 
 enum Step {
@@ -172,8 +191,10 @@ enum Step {
 impl GeoClient {
     /// Builds the client (TLS roots, HTTP version) from `cfg`.
     pub fn new(cfg: &ClientConfig) -> anyhow::Result<Self> {
+        let connections = Connections::default();
         let mut b = reqwest::Client::builder()
             .use_rustls_tls()
+            .connector_layer(connections.clone())
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(cfg.timeout)
             .pool_idle_timeout(Duration::from_secs(90));
@@ -201,7 +222,25 @@ impl GeoClient {
                 .map(HeaderValue::from_str)
                 .transpose()
                 .context("the client id is not a valid header value")?,
+            preconnect: cfg.preconnect,
+            connections,
+            preconnects: Arc::default(),
         })
+    }
+
+    /// Connections this client opened so far (calls and preconnects).
+    pub fn connections_opened(&self) -> u64 {
+        self.connections.opened()
+    }
+
+    /// Preconnects this client started so far.
+    pub fn preconnects_started(&self) -> u64 {
+        self.preconnects.started()
+    }
+
+    /// Preconnects of this client that finished so far (answered or failed).
+    pub fn preconnects_finished(&self) -> u64 {
+        self.preconnects.finished()
     }
 
     /// The node the next call goes to (the handover cache).
@@ -219,6 +258,7 @@ impl GeoClient {
     pub async fn call_from(&self, req: &CallRequest, start: Instant) -> CallReport {
         let mut target = self.route().first_target(Instant::now());
         let (mut attempts, mut redirects) = (1u32, 0u32);
+        let (opened, mut redirect_time) = (self.connections.opened(), Duration::ZERO);
         loop {
             let step = self.attempt(req, &target).await;
             match step {
@@ -227,10 +267,14 @@ impl GeoClient {
                     report.attempts = attempts;
                     report.redirects = redirects;
                     report.latency = start.elapsed();
+                    report.redirect_time = redirect_time;
+                    report.new_connections = self.connections.opened() - opened;
+                    self.preconnect(&report.preconnect_hints);
                     return *report;
                 }
                 Step::Redirect(location) if redirects < MAX_REDIRECTS => {
                     redirects += 1;
+                    redirect_time = start.elapsed();
                     let node = self.route().on_redirect(&location);
                     // The node a handover names is responsible: no retry header there.
                     target = Target {
@@ -259,6 +303,22 @@ impl GeoClient {
                         None => return failed(attempts, redirects, start, why),
                     }
                 }
+            }
+        }
+    }
+
+    /// Opens a connection in the background to each hinted origin other than the cached
+    /// node's, at most once per origin every [`preconnect::AGAIN`].
+    fn preconnect(&self, hints: &[Url]) {
+        if !self.preconnect || hints.is_empty() {
+            return;
+        }
+        let (current, now) = (self.cached_node(), Instant::now());
+        for origin in hints {
+            if *origin != current && self.preconnects.claim(origin, now) {
+                let (http, origin) = (self.http.clone(), origin.clone());
+                let done = self.preconnects.clone();
+                tokio::spawn(preconnect::open(http, origin, self.timeout, done));
             }
         }
     }
@@ -326,6 +386,7 @@ impl GeoClient {
         let offloaded_from = header(headers::OFFLOADED_FROM);
         let server_timing = header(headers::SERVER_TIMING);
         let cold_start = header(headers::COLD_START).map(|v| v == "true");
+        let preconnect_hints = preconnect::hinted_origins(resp.headers(), &url);
         let (status, version) = (resp.status(), resp.version());
         match resp.bytes().await {
             Ok(body) => Step::Answer(Box::new(CallReport {
@@ -340,6 +401,9 @@ impl GeoClient {
                 cold_start,
                 body,
                 error: None,
+                redirect_time: Duration::ZERO,
+                new_connections: 0,
+                preconnect_hints,
             })),
             Err(e) => Step::Failed(classify(&e), error_chain(&e)),
         }
@@ -359,6 +423,9 @@ fn failed(attempts: u32, redirects: u32, start: Instant, error: String) -> CallR
         cold_start: None,
         body: bytes::Bytes::new(),
         error: Some(error),
+        redirect_time: Duration::ZERO,
+        new_connections: 0,
+        preconnect_hints: Vec::new(),
     }
 }
 

@@ -4,7 +4,8 @@
 //! `X-Client-Location` (or, with [`LocationHeader::Geohash`], a `Sec-CH-Geohash` hint); a `307` handover is followed and the responsible node cached, so the
 //! next call goes to it directly; a call that timed out or could not connect is retried once
 //! at the cloud with `X-GeoFaaS-Retry: 1` (and the cloud is used directly for a while after);
-//! an `Idempotency-Key` can be attached. Each call returns a [`CallReport`]: the node that
+//! an `Idempotency-Key` can be attached; an answer's `Link: <origin>; rel=preconnect` makes the
+//! client open a connection to that origin ahead, in the background ([`preconnect`]). Each call returns a [`CallReport`]: the node that
 //! served it, the edge that offloaded it, attempts, redirects, status, latency. It speaks
 //! HTTP/2 by default and HTTP/1.1 on request, and depends on `geofaas-config` only.
 //!
@@ -50,6 +51,7 @@ pub mod netem;
 pub mod outage;
 pub mod plot;
 pub mod points;
+pub mod preconnect;
 pub mod prewarm;
 pub mod record;
 pub mod route;

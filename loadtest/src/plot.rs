@@ -334,29 +334,31 @@ fn thin(points: &[(f64, f64)], max: usize) -> Vec<(f64, f64)> {
     points.iter().copied().step_by(step).collect()
 }
 
-/// The mobility walk twice on cold fleets: latency per step without pre-warming (red) and
-/// with it (blue), log scale, with a vertical line at each handover `(step, new node)` of the
-/// run with pre-warming.
+/// Colours of the walks of [`prewarm_compare`], in order: red, orange, blue.
+const WALKS: [RGBColor; 3] = [CLOUD, RGBColor(255, 127, 14), EDGE];
+
+/// The mobility walk on cold fleets, once per variant `(label, latency per step)`: latency
+/// per step, log scale, in red, orange and blue, with a vertical line at each handover
+/// `(step, new node)` of the last variant's walk.
 pub fn prewarm_compare(
     path: &Path,
-    without: &[f64],
-    with: &[f64],
+    walks: &[(&str, &[f64])],
     handovers: &[(usize, String)],
 ) -> anyhow::Result<()> {
     register_font();
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;
-    let n = without.len().max(with.len()).max(2) as f64;
-    let all = without
+    let n = walks.iter().map(|(_, w)| w.len()).max().unwrap_or(0).max(2) as f64;
+    let all = walks
         .iter()
-        .chain(with)
+        .flat_map(|(_, w)| w.iter())
         .copied()
         .filter(|v| v.is_finite());
     let max = all.clone().fold(1.0, f64::max) * 1.5;
     let min = all.fold(f64::INFINITY, f64::min).clamp(0.01, 1.0) * 0.8;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Mobility on a cold fleet: with and without pre-warming",
+            "Mobility on a cold fleet: with and without pre-warming and preconnect",
             ("sans-serif", 24),
         )
         .margin(15)
@@ -387,10 +389,7 @@ pub fn prewarm_compare(
             )))
             .map_err(e)?;
     }
-    for (series, color, label) in [
-        (without, CLOUD, "without pre-warming"),
-        (with, EDGE, "with pre-warming"),
-    ] {
+    for (&(label, series), &color) in walks.iter().zip(WALKS.iter().cycle()) {
         let points = series
             .iter()
             .enumerate()
@@ -443,6 +442,10 @@ mod tests {
         });
         let p = dir.path().join("h.png");
         highload(&p, &rounds).unwrap();
+        let p = dir.path().join("w.png");
+        let (a, b) = ([40.0, 2.0, 3.0], [20.0, 2.5, 2.0]);
+        prewarm_compare(&p, &[("a", &a), ("b", &b)], &[(1, "cloud".into())]).unwrap();
+        assert!(std::fs::metadata(&p).unwrap().len() > 1000);
         assert!(std::fs::metadata(&p).unwrap().len() > 1000);
         let p = dir.path().join("o.png");
         let edge: Vec<_> = (0..50).map(|i| (f64::from(i) * 0.1, 2.0)).collect();

@@ -1,13 +1,17 @@
 //! `geofaas loadtest mobility --compare-prewarm`: the mobility walk on a cold fleet without
-//! pre-warming and again, on a fresh cold fleet, with it, in one run; then a client standing
-//! still, which must cause no pre-warm request.
+//! pre-warming, again on a fresh cold fleet with it but with a client that ignores the nodes'
+//! `Link: rel=preconnect` hints, and again with both (the client opens a connection to the
+//! hinted node ahead), in one run; then a client standing still, which must cause no pre-warm
+//! request.
 //!
 //! The walker sends `X-Client-Id` (nodes track only clients that identify themselves) and
 //! calls at a fixed rate (`--rate`, default 5 per second), so a node sees it move in real
 //! time and a predicted handover leaves time to warm the next node. Each variant starts the
 //! topology's nodes anew (`--spawn`), so both begin with no instance of the function
 //! anywhere. After each variant the nodes' `/metrics` give the pre-warm requests sent and the
-//! instances started ahead, used, and started in vain.
+//! instances started ahead, used, and started in vain. Each call records how long its `307`
+//! detour took and how many connections the client opened during it, so a handover's cost
+//! splits into the detour through the old node, a new connection, and the call itself.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,6 +40,12 @@ struct Call {
     latency_ms: f64,
     cold_start: Option<bool>,
     redirects: u32,
+    /// From the call's start to the `307` it followed (0 without one).
+    redirect_ms: f64,
+    /// Connections the client opened during the call.
+    new_connections: u64,
+    /// Origins the answer hinted with `rel=preconnect`, space-separated.
+    preconnect_hint: String,
 }
 
 /// A handover of the walk and what it cost.
@@ -48,13 +58,51 @@ struct Handover {
     peak_ms: f64,
     /// Whether the new node started an instance for it.
     cold_start: Option<bool>,
+    /// Of the peak: the `307` detour through the old node.
+    redirect_ms: f64,
+    /// Of the peak: the call at the new node, a new connection included if one was opened.
+    after_redirect_ms: f64,
+    /// Connections the client opened during the call (0: it found one open there).
+    new_connections: u64,
     /// Median of the later calls at the new node, before the next handover.
     steady_median_ms: f64,
     steady_calls: usize,
     above_steady_ms: f64,
 }
 
-/// Runs both variants and writes requests-without.csv, requests-with.csv, summary.json and
+/// One walk of the comparison.
+struct Variant {
+    /// Its name in file names and the summary.
+    name: &'static str,
+    /// Its legend in the plot.
+    label: &'static str,
+    prewarm: bool,
+    /// Whether the client acts on `rel=preconnect` hints.
+    preconnect: bool,
+}
+
+const VARIANTS: [Variant; 3] = [
+    Variant {
+        name: "without",
+        label: "without pre-warming",
+        prewarm: false,
+        preconnect: false,
+    },
+    Variant {
+        name: "prewarm-only",
+        label: "pre-warming, hints ignored",
+        prewarm: true,
+        preconnect: false,
+    },
+    Variant {
+        name: "with",
+        label: "pre-warming and preconnect",
+        prewarm: true,
+        preconnect: true,
+    },
+];
+
+/// Runs the variants and writes requests-{without,prewarm-only,with}.csv, summary.json and
 /// mobility-prewarm.png.
 pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -70,16 +118,21 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
     let mut standing = serde_json::Value::Null;
     let mut delays = String::new();
     let mut shown_handovers = Vec::new();
-    for (variant, prewarm_s) in [("without", 0.0), ("with", args.prewarm_s)] {
+    for v in &VARIANTS {
+        let variant = v.name;
+        let prewarm_s = if v.prewarm { args.prewarm_s } else { 0.0 };
         let mut topology = base.clone();
         topology.prewarm.prewarm_s = prewarm_s;
-        eprintln!("{variant} pre-warming (prewarm_s = {prewarm_s}): a cold fleet");
+        eprintln!(
+            "{}: a cold fleet (prewarm_s = {prewarm_s}, preconnect {})",
+            v.label, v.preconnect
+        );
         let ctx = Ctx::setup_topology(&args.common, 1000, topology).await?;
         delays = ctx.delay_model().0;
-        let calls = walk(&ctx, &points, rate).await?;
+        let (calls, client) = walk(&ctx, &points, rate, v.preconnect).await?;
         let handovers = handovers(&calls);
         let after_walk = fleet_metrics(&ctx).await?;
-        if prewarm_s > 0.0 {
+        if v.preconnect {
             standing = stand(
                 &ctx,
                 &points,
@@ -92,7 +145,7 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
             shown_handovers = handovers.iter().map(|h| (h.step, h.to.clone())).collect();
         }
         write_calls(&ctx.out_file(&format!("requests-{variant}.csv")), &calls)?;
-        print_variant(variant, &calls, &handovers);
+        print_variant(v.label, &calls, &handovers);
         series.insert(
             variant,
             calls.iter().map(|c| c.latency_ms).collect::<Vec<_>>(),
@@ -101,6 +154,9 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
             variant,
             json!({
                 "prewarm_s": prewarm_s,
+                "client_preconnects": v.preconnect,
+                "client_connections_opened": client.connections_opened(),
+                "client_preconnects_started": client.preconnects_started(),
                 "calls": calls.len(),
                 "failed": calls.iter().filter(|c| !(200..300).contains(&c.status)).count(),
                 "cold_starts_at_steps": calls.iter().filter(|c| c.cold_start == Some(true)).map(|c| c.step).collect::<Vec<_>>(),
@@ -110,12 +166,11 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
         );
     }
     let out = &args.common.out;
-    crate::plot::prewarm_compare(
-        &out.join("mobility-prewarm.png"),
-        &series["without"],
-        &series["with"],
-        &shown_handovers,
-    )?;
+    let walks: Vec<(&str, &[f64])> = VARIANTS
+        .iter()
+        .map(|v| (v.label, series[v.name].as_slice()))
+        .collect();
+    crate::plot::prewarm_compare(&out.join("mobility-prewarm.png"), &walks, &shown_handovers)?;
     let summary = json!({
         "mode": "mobility --compare-prewarm",
         "topology": args.common.topology.display().to_string(),
@@ -134,10 +189,17 @@ pub async fn run(args: &MobilityArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The walk: one call per point at `rate`, as the client `walker`.
-async fn walk(ctx: &Ctx, points: &[Point], rate: f64) -> anyhow::Result<Vec<Call>> {
+/// The walk: one call per point at `rate`, as the client `walker`, acting on preconnect hints
+/// if `preconnect`; the calls and the client.
+async fn walk(
+    ctx: &Ctx,
+    points: &[Point],
+    rate: f64,
+    preconnect: bool,
+) -> anyhow::Result<(Vec<Call>, GeoClient)> {
     let mut cfg = ctx.client_config(points[0].location);
     cfg.client_id = Some("walker".into());
+    cfg.preconnect = preconnect;
     let client = GeoClient::new(&cfg)?;
     let every = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
@@ -157,11 +219,19 @@ async fn walk(ctx: &Ctx, points: &[Point], rate: f64) -> anyhow::Result<Vec<Call
             latency_ms: report.latency.as_secs_f64() * 1000.0,
             cold_start: report.cold_start,
             redirects: report.redirects,
+            redirect_ms: report.redirect_time.as_secs_f64() * 1000.0,
+            new_connections: report.new_connections,
+            preconnect_hint: report
+                .preconnect_hints
+                .iter()
+                .map(|u| u.as_str().trim_end_matches('/'))
+                .collect::<Vec<_>>()
+                .join(" "),
         });
         pb.inc(1);
     }
     pb.finish_and_clear();
-    Ok(calls)
+    Ok((calls, client))
 }
 
 fn request(ctx: &Ctx, p: &Point) -> CallRequest {
@@ -238,6 +308,9 @@ fn handovers(calls: &[Call]) -> Vec<Handover> {
             to: call.served_by.clone(),
             peak_ms: call.latency_ms,
             cold_start: call.cold_start,
+            redirect_ms: call.redirect_ms,
+            after_redirect_ms: call.latency_ms - call.redirect_ms,
+            new_connections: call.new_connections,
             steady_median_ms: median,
             steady_calls: steady.len(),
             above_steady_ms: call.latency_ms - median,
@@ -341,11 +414,13 @@ fn label(line: &str, name: &str) -> Option<String> {
 }
 
 fn write_calls(path: &std::path::Path, calls: &[Call]) -> anyhow::Result<()> {
-    let mut s = String::from("step,at,lat,lon,served_by,status,latency_ms,cold_start,redirects\n");
+    let mut s = String::from(
+        "step,at,lat,lon,served_by,status,latency_ms,cold_start,redirects,redirect_ms,new_connections,preconnect_hint\n",
+    );
     for c in calls {
         let cold = c.cold_start.map_or(String::new(), |b| b.to_string());
         s.push_str(&format!(
-            "{},{},{},{},{},{},{:.3},{},{}\n",
+            "{},{},{},{},{},{},{:.3},{},{},{:.3},{},{}\n",
             c.step,
             c.at.replace(',', " "),
             c.lat,
@@ -354,7 +429,10 @@ fn write_calls(path: &std::path::Path, calls: &[Call]) -> anyhow::Result<()> {
             c.status,
             c.latency_ms,
             cold,
-            c.redirects
+            c.redirects,
+            c.redirect_ms,
+            c.new_connections,
+            c.preconnect_hint
         ));
     }
     std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
@@ -367,13 +445,13 @@ fn print_variant(variant: &str, calls: &[Call], handovers: &[Handover]) {
         .map(|c| c.step)
         .collect();
     println!(
-        "{variant} pre-warming: {} calls, cold starts at steps {cold:?}",
+        "{variant}: {} calls, cold starts at steps {cold:?}",
         calls.len()
     );
     for h in handovers {
         println!(
-            "  step {:>3} {} -> {}: {:.2} ms (cold: {:?}), steady at {} median {:.2} ms over {} calls, {:+.2} ms",
-            h.step, h.from, h.to, h.peak_ms, h.cold_start, h.to, h.steady_median_ms, h.steady_calls, h.above_steady_ms
+            "  step {:>3} {} -> {}: {:.2} ms (307 {:.2} + call {:.2}, {} new connection(s), cold: {:?}), steady at {} median {:.2} ms over {} calls, {:+.2} ms",
+            h.step, h.from, h.to, h.peak_ms, h.redirect_ms, h.after_redirect_ms, h.new_connections, h.cold_start, h.to, h.steady_median_ms, h.steady_calls, h.above_steady_ms
         );
     }
 }
@@ -393,6 +471,9 @@ mod tests {
             latency_ms: ms,
             cold_start: None,
             redirects: 0,
+            redirect_ms: 0.0,
+            new_connections: 0,
+            preconnect_hint: String::new(),
         }
     }
 

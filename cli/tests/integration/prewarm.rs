@@ -5,9 +5,15 @@
 //! call there runs on a warm instance (`X-Cold-Start: false`, counted as used at that node);
 //! with pre-warming off the same walk's first call there starts one (`X-Cold-Start: true`). A
 //! client without an id is not tracked, and one standing still near the boundary asks nothing.
+//! The same prediction puts `Link: <east's origin>; rel=preconnect` on west's answers, and the
+//! loadtest's `GeoClient` acts on it: its handover call to east finds a connection open there.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use geofaas_config::LatLon;
+use geofaas_loadtest::{CallRequest, ClientConfig, GeoClient, HttpVersion};
+use url::Url;
 
 use crate::answer::Answer;
 use crate::cluster::Cluster;
@@ -18,6 +24,10 @@ const LAT: f64 = -37.81;
 const WALK: [f64; 3] = [144.9580, 144.9585, 144.9590];
 /// The walk's next point, ~45 m past the boundary, in east's area.
 const ACROSS: f64 = 144.9605;
+/// A walk east on west's side ending 9 m from the boundary, ~35 m per call: the crossing is
+/// foreseen from the second call on as long as calls come less than ~39 s apart (a slow first
+/// call, a cold start on a loaded machine, must not make the walker look like standing still).
+const NEAR: [f64; 3] = [144.9591, 144.9595, 144.9599];
 
 fn topology(ports: &[u16], prewarm_s: f64) -> String {
     let node = |id: &str, role: &str, area: &str, lon: f64, port: u16| {
@@ -52,6 +62,18 @@ fn topology(ports: &[u16], prewarm_s: f64) -> String {
 /// `curl -i` of `POST /fn/echo` at `node` from a client at longitude `lon`, with `id` as its
 /// `X-Client-Id` when given, from a temporary folder.
 fn call(c: &Cluster, node: &str, lon: f64, id: Option<&str>, h2: bool) -> Answer {
+    call_with(c, node, lon, id, h2, &[])
+}
+
+/// [`call`] with `extra` headers.
+fn call_with(
+    c: &Cluster,
+    node: &str,
+    lon: f64,
+    id: Option<&str>,
+    h2: bool,
+    extra: &[String],
+) -> Answer {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("curl");
     cmd.current_dir(dir.path())
@@ -61,6 +83,9 @@ fn call(c: &Cluster, node: &str, lon: f64, id: Option<&str>, h2: bool) -> Answer
         .args(["-H", &format!("X-Client-Location: {LAT},{lon}")]);
     if let Some(id) = id {
         cmd.args(["-H", &format!("X-Client-Id: {id}")]);
+    }
+    for h in extra {
+        cmd.args(["-H", h]);
     }
     let out = cmd
         .args(["-d", "hi"])
@@ -247,5 +272,168 @@ async fn a_warm_up_request_needs_a_node_signature() {
         metric(&c, "east", "geofaas_prewarm_instances_started_total", &[]).await,
         0.0
     );
+    c.stop().await;
+}
+
+/// `Link: <https://127.0.0.1:port>; rel=preconnect` for `node` of `c`.
+fn preconnect_to(c: &Cluster, node: &str) -> String {
+    format!("<{}>; rel=preconnect", c.url(node))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walker_about_to_cross_is_told_to_preconnect_to_the_next_node_over_h1_and_h2() {
+    let c = Cluster::start_with(|ports| topology(ports, 10.0)).await;
+    for h2 in [true, false] {
+        let id = format!("walker-h2-{h2}");
+        let links: Vec<String> = NEAR
+            .iter()
+            .map(|&lon| {
+                let a = call(&c, "west", lon, Some(&id), h2);
+                assert_eq!((a.status, a.header("x-served-by")), (200, "west"), "{a:?}");
+                a.header("link").to_owned()
+            })
+            .collect();
+        // One fix is no heading; from the second on, every answer names east.
+        let want = preconnect_to(&c, "east");
+        assert_eq!(links, ["", want.as_str(), want.as_str()], "h2={h2}");
+        // The 307 that follows names the same origin.
+        let handover = call(&c, "west", ACROSS, Some(&id), h2);
+        assert_eq!(handover.status, 307, "{handover:?}");
+        assert!(
+            handover.header("location").starts_with(&c.url("east")),
+            "{handover:?}"
+        );
+        assert_eq!(handover.header("link"), "", "a 307 names the node itself");
+
+        // The same walk without an id, and a client standing 9 m from the boundary: no hint.
+        for lon in WALK {
+            let a = call(&c, "west", lon, None, h2);
+            assert_eq!((a.status, a.header("link")), (200, ""), "h2={h2}: {a:?}");
+        }
+        for _ in 0..4 {
+            let a = call(&c, "west", 144.9599, Some(&format!("kiosk-{h2}")), h2);
+            assert_eq!((a.status, a.header("link")), (200, ""), "h2={h2}: {a:?}");
+        }
+    }
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_another_node_signed_gets_no_preconnect_hint() {
+    let c = Cluster::start_with(|ports| topology(ports, 10.0)).await;
+    // West of west's area (its western edge is 144.90), walking east into it: the cloud serves
+    // these calls and foresees the crossing into west.
+    let walk = [144.8990, 144.8994, 144.8998];
+    let key = c
+        .nodes
+        .iter()
+        .find(|n| n.state.place.id == "cloud")
+        .and_then(|n| n.state.links.key.clone())
+        .expect("the cloud has the offload secret");
+    for (h2, signed) in [(true, true), (false, true), (true, false), (false, false)] {
+        let id = format!("walker-{h2}-{signed}");
+        let mut links = Vec::new();
+        for lon in walk {
+            let extra = if signed {
+                vec![
+                    format!(
+                        "X-GeoFaaS-Offload: {}",
+                        key.sign("east", "POST", "/fn/echo")
+                    ),
+                    "X-Geo-Source: header".to_owned(),
+                    format!("X-Geo-Location: {LAT},{lon}"),
+                ]
+            } else {
+                vec![]
+            };
+            let a = call_with(&c, "cloud", lon, Some(&id), h2, &extra);
+            assert_eq!((a.status, a.header("x-served-by")), (200, "cloud"), "{a:?}");
+            links.push(a.header("link").to_owned());
+        }
+        let want = if signed {
+            String::new()
+        } else {
+            preconnect_to(&c, "west")
+        };
+        assert_eq!(links[1..], [want.clone(), want], "h2={h2} signed={signed}");
+    }
+    c.stop().await;
+}
+
+/// The loadtest's client of `c` entering at west, as `id`, acting on hints if `preconnect`.
+fn geo_client(c: &Cluster, id: &str, h2: bool, preconnect: bool) -> GeoClient {
+    let url = |node: &str| Url::parse(&c.url(node)).unwrap();
+    let mut cfg = ClientConfig::new(url("west"), url("cloud"));
+    cfg.ca_pem = Some(std::fs::read(c.ca_file.path()).unwrap());
+    cfg.http = if h2 {
+        HttpVersion::Http2
+    } else {
+        HttpVersion::Http1
+    };
+    cfg.client_id = Some(id.to_owned());
+    cfg.preconnect = preconnect;
+    // The walk's first call may start an instance on a loaded machine: no retry at the cloud.
+    cfg.timeout = Duration::from_secs(60);
+    GeoClient::new(&cfg).unwrap()
+}
+
+fn echo_at(lon: f64) -> CallRequest {
+    CallRequest {
+        function: "echo".into(),
+        location: Some(LatLon::new(LAT, lon).unwrap()),
+        body: bytes::Bytes::from_static(b"hi"),
+        idempotency_key: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loadtest_client_preconnects_so_its_handover_call_finds_a_connection_open() {
+    let c = Cluster::start_with(|ports| topology(ports, 10.0)).await;
+    let east = Url::parse(&c.url("east")).unwrap();
+    for (h2, preconnect) in [(true, true), (false, true), (true, false), (false, false)] {
+        let client = geo_client(&c, &format!("walker-{h2}-{preconnect}"), h2, preconnect);
+        let mut last = None;
+        for lon in NEAR {
+            let r = client.call(&echo_at(lon)).await;
+            assert_eq!(r.served_by.as_deref(), Some("west"), "{r:?}");
+            last = Some(r);
+        }
+        let hinted = last.unwrap().preconnect_hints;
+        assert_eq!(hinted, std::slice::from_ref(&east), "h2={h2}");
+        if preconnect {
+            // Hinted twice, preconnected once; wait until its request is answered.
+            assert_eq!(client.preconnects_started(), 1, "h2={h2}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while client.preconnects_finished() < 1 {
+                assert!(Instant::now() < deadline, "the preconnect never finished");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(client.connections_opened(), 2, "west, then east ahead");
+        } else {
+            assert_eq!(client.preconnects_started(), 0);
+            assert_eq!(client.connections_opened(), 1, "west only");
+        }
+        let handover = client.call(&echo_at(ACROSS)).await;
+        assert_eq!(
+            (handover.served_by.as_deref(), handover.redirects),
+            (Some("east"), 1),
+            "{handover:?}"
+        );
+        assert_eq!(&handover.body[..], b"hi");
+        let want = if preconnect { 0 } else { 1 };
+        assert_eq!(
+            handover.new_connections,
+            want,
+            "h2={h2} preconnect={preconnect}: a connection to east {}",
+            if preconnect {
+                "was open already"
+            } else {
+                "had to be opened"
+            }
+        );
+        assert_eq!(client.connections_opened(), 2, "h2={h2}");
+        assert!(handover.redirect_time > Duration::ZERO);
+        assert!(handover.redirect_time < handover.latency);
+    }
     c.stop().await;
 }

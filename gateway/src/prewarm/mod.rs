@@ -13,10 +13,16 @@
 //! `min_speed_mps`) is never predicted. The request leaves in the background; the call that
 //! caused it does not wait.
 //!
+//! The same prediction puts a connection hint on the answer ([`preconnect`]): `Link:
+//! <https://next-node>; rel=preconnect`, the origin the `307` will name, on every answer while
+//! the crossing is predicted, so the client can open its connection there ahead. It needs no
+//! warm-up path at the target, nor the offload secret.
+//!
 //! Metrics: requests sent by outcome (`geofaas_prewarm_requests_total`), and, at the node that
 //! warms, the instances started, later used by a call, and stopped unused.
 
 pub mod path;
+pub mod preconnect;
 pub mod warm;
 
 use std::collections::hash_map::RandomState;
@@ -25,8 +31,8 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::HeaderMap;
-use geofaas_config::PrewarmSettings;
+use axum::http::{HeaderMap, HeaderValue};
+use geofaas_config::{LatLon, PrewarmSettings};
 use moka::sync::Cache;
 
 use crate::geo::ClientLocation;
@@ -54,6 +60,15 @@ impl std::fmt::Debug for Prewarm {
             .field("clients", &self.clients.entry_count())
             .finish_non_exhaustive()
     }
+}
+
+/// A predicted crossing, as [`Prewarm::foresee`] found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Foreseen {
+    /// Where the client is expected when it has crossed.
+    pub point: LatLon,
+    /// The warm-up to ask for; `None` when it was asked within `again_s`.
+    pub ask: Option<Ask>,
 }
 
 /// Where a client's path goes next, as [`Prewarm::observe`] found it.
@@ -105,9 +120,24 @@ impl Prewarm {
         me: &str,
         id: Option<&[u8]>,
         function: &str,
-        point: geofaas_config::LatLon,
+        point: LatLon,
         at: Instant,
     ) -> Option<Ask> {
+        self.foresee(map, me, id, function, point, at)?.ask
+    }
+
+    /// Like [`Prewarm::observe`], with the prediction itself: where the client is expected
+    /// when it leaves `me`'s area (whenever that is predicted, not only once per `again_s`),
+    /// and the warm-up to ask for, if it is not asked yet.
+    pub fn foresee(
+        &self,
+        map: &geofaas_config::ServiceMap,
+        me: &str,
+        id: Option<&[u8]>,
+        function: &str,
+        point: LatLon,
+        at: Instant,
+    ) -> Option<Foreseen> {
         if !self.settings.enabled() {
             return None;
         }
@@ -117,13 +147,16 @@ impl Prewarm {
         let horizon = Duration::from_secs_f64(self.settings.prewarm_s);
         let crossing = path::crossing(map, me, &h, horizon)?;
         let key = (client, function.to_owned(), crossing.target.id.clone());
-        if self.asked.contains_key(&key) {
-            return None;
-        }
-        self.asked.insert(key, ());
-        Some(Ask {
-            target: crossing.target.id.clone(),
-            function: function.to_owned(),
+        let ask = (!self.asked.contains_key(&key)).then(|| {
+            self.asked.insert(key, ());
+            Ask {
+                target: crossing.target.id.clone(),
+                function: function.to_owned(),
+            }
+        });
+        Some(Foreseen {
+            point: crossing.point,
+            ask,
         })
     }
 
@@ -157,8 +190,9 @@ pub fn client_id<'a>(headers: &'a HeaderMap, key_id: Option<&'a str>) -> Option<
 
 /// The hook on the call path: a call about to be served here by `state` from a client at
 /// `location`. Tracks the client and, when its path is about to enter another node's area,
-/// sends that node a pre-warm request in the background. Calls another node signed
-/// (forwarded or offloaded) are tracked by that node, not here.
+/// sends that node a pre-warm request in the background (with an offload secret to sign it)
+/// and returns the `Link` hint for the answer ([`preconnect::hint`]). Calls another node
+/// signed (forwarded or offloaded) are tracked by that node, not here, and get no hint.
 pub fn observe_call(
     state: &Arc<NodeState>,
     headers: &HeaderMap,
@@ -167,23 +201,24 @@ pub fn observe_call(
     location: Option<&ClientLocation>,
     signed: bool,
     at: Instant,
-) {
-    if signed || state.links.key.is_none() || !state.scheduling.prewarm.settings.enabled() {
-        return;
+) -> Option<HeaderValue> {
+    if signed || !state.scheduling.prewarm.settings.enabled() {
+        return None;
     }
-    let Some(location) = location else { return };
+    let location = location?;
     let id = client_id(headers, key_id);
-    let ask = state.scheduling.prewarm.observe(
+    let seen = state.scheduling.prewarm.foresee(
         &state.place.map,
         &state.place.id,
         id.as_deref(),
         function,
         location.point,
         at,
-    );
-    if let Some(ask) = ask {
+    )?;
+    if let (Some(ask), Some(_)) = (seen.ask, &state.links.key) {
         tokio::spawn(send(state.clone(), ask));
     }
+    preconnect::hint(state, seen.point, location.source)
 }
 
 /// Sends one pre-warm request and counts its outcome.

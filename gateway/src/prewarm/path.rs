@@ -37,6 +37,9 @@ pub struct Crossing<'a> {
     pub target: &'a NodeEntry,
     /// In how many seconds the client is expected there.
     pub in_s: f64,
+    /// Where the client is expected then: the first sampled point of the path in `target`'s
+    /// area.
+    pub point: LatLon,
 }
 
 /// Fewest and most points sampled along the path, and the spacing aimed at between them.
@@ -95,10 +98,12 @@ pub fn crossing<'a>(
     let samples = ((length_m / SAMPLE_SPACING_M).ceil() as usize).clamp(MIN_SAMPLES, MAX_SAMPLES);
     (1..=samples).find_map(|k| {
         let after = horizon.mul_f64(k as f64 / samples as f64);
-        let target = map.responsible(ahead(h, after));
+        let point = ahead(h, after);
+        let target = map.responsible(point);
         (target.id != me).then_some(Crossing {
             target,
             in_s: after.as_secs_f64(),
+            point,
         })
     })
 }

@@ -1,0 +1,108 @@
+//! The connection hint on an answer: `Link: <https://next-node>; rel=preconnect` (RFC 8288,
+//! the `preconnect` relation of W3C Resource Hints).
+//!
+//! Pre-warming makes the function warm where a client is heading, but the client's first call
+//! there still pays a new TLS connection across the new link (one round trip for TLS 1.3
+//! before the call's own, 25 ms to the cloud in the paper's topology). When the node serving a
+//! tracked client predicts its crossing ([`super::Prewarm::foresee`]), the answer names the
+//! origin of the node the `307` will name, so a client (a mobile app's HTTP stack, the
+//! loadtest's `GeoClient`) can open a connection there ahead, in the background. The origin
+//! comes from the topology's `public_url`, as the `307`'s `Location` does, and follows the same
+//! rule ([`placement::route`]): a target the peer probes find down is replaced by the cloud.
+
+use axum::http::{header::LINK, HeaderValue, Response};
+use geofaas_config::{LatLon, NodeEntry};
+
+use crate::geo::{ClientLocation, Source};
+use crate::node::NodeState;
+use crate::placement;
+use crate::routing::Route;
+
+/// The hint for a client expected at `point` (its location's `source` kept, so it routes as
+/// its calls do): the `Link` value naming the node a call from there would be handed over
+/// to, or `None` when `state` would serve it.
+pub fn hint(state: &NodeState, point: LatLon, source: Source) -> Option<HeaderValue> {
+    let there = ClientLocation::point(point, source, None);
+    let route = placement::route(
+        &state.place.map,
+        &state.place.id,
+        Some(&there),
+        false,
+        |id| state.links.health.as_ref().is_none_or(|p| p.is_up(id)),
+    );
+    match route {
+        Route::Handover(target) => link(target),
+        Route::Serve => None,
+    }
+}
+
+/// `<scheme://host[:port]>; rel=preconnect` for `target`'s public URL (its origin: no path).
+pub fn link(target: &NodeEntry) -> Option<HeaderValue> {
+    let origin = target.public_url.origin();
+    if !origin.is_tuple() {
+        return None;
+    }
+    let value = format!("<{}>; rel=preconnect", origin.ascii_serialization());
+    HeaderValue::from_str(&value).ok()
+}
+
+/// Puts `hint` on `resp` (added to any `Link` it has).
+pub fn add<B>(resp: &mut Response<B>, hint: Option<HeaderValue>) {
+    if let Some(hint) = hint {
+        resp.headers_mut().append(LINK, hint);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geofaas_config::Topology;
+
+    fn node(public_url: &str) -> NodeEntry {
+        let text = format!(
+            "[[node]]\nid = \"cloud\"\nrole = \"cloud\"\nlocation = {{ lat = -33.87, lon = 151.21 }}\n\
+             area = \"world\"\npublic_url = \"{public_url}\"\nlisten = \"127.0.0.1:3\"\n"
+        );
+        let map = Topology::parse(&text, "t.toml", std::path::Path::new("."))
+            .unwrap()
+            .service_map()
+            .unwrap();
+        map.node("cloud").unwrap().clone()
+    }
+
+    #[test]
+    fn the_hint_names_the_origin_of_the_public_url() {
+        let cases = [
+            (
+                "https://127.0.0.1:8443",
+                "<https://127.0.0.1:8443>; rel=preconnect",
+            ),
+            (
+                "https://cloud.geofaas.test/base/",
+                "<https://cloud.geofaas.test>; rel=preconnect",
+            ),
+            (
+                "https://[::1]:9443/x?y=1",
+                "<https://[::1]:9443>; rel=preconnect",
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(link(&node(url)).unwrap(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn the_hint_is_added_beside_other_links() {
+        let mut resp = Response::new(());
+        add(&mut resp, None);
+        assert!(resp.headers().get(LINK).is_none());
+        resp.headers_mut()
+            .insert(LINK, HeaderValue::from_static("</doc>; rel=help"));
+        add(&mut resp, link(&node("https://127.0.0.1:2")));
+        let links: Vec<_> = resp.headers().get_all(LINK).iter().collect();
+        assert_eq!(
+            links,
+            ["</doc>; rel=help", "<https://127.0.0.1:2>; rel=preconnect"]
+        );
+    }
+}
