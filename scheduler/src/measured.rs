@@ -6,11 +6,19 @@
 //!
 //! A function's measured warm time becomes its CPU time at the reference clock (scaled by the
 //! measuring node's clock), its cold start the init time with no image to pull; its memory is
-//! the instance size the node used for it. A link's round trip becomes the access delay of the
-//! node at its far end, less the propagation the model adds: the simulator charges a request's
-//! way to its node once, while live the answer comes back over the same link, so the whole
-//! round trip is what a placement there costs. Functions the file names and the topology does
-//! not are added with the default profile, calibrated.
+//! what the node measured of its instances (the configured size until it had samples). A
+//! link's round trip becomes the access delay of the node at its far end, less the propagation
+//! the model adds: the simulator charges a request's way to its node once, while live the
+//! answer comes back over the same link, so the whole round trip is what a placement there
+//! costs. Functions the file names and the topology does not are added with the default
+//! profile, calibrated.
+//!
+//! The load, too, comes from the file: the rate at which each function's calls arrived at the
+//! measuring node becomes the workload's mix and rate, from sources in that node's area, and
+//! the CPUs the node's process could run on become its cores. So a file captured under a live
+//! workload gives the simulator that workload, not the topology's default trace. Several
+//! files (one per node of a fleet) give each node its measured cores; the first one's node is
+//! the one whose functions, links and load calibrate the rest ([`calibrate_fleet`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +42,10 @@ pub struct MeasuredProfiles {
     /// Round trip in ms from the measuring node to each other node (by id).
     #[serde(default)]
     pub links: BTreeMap<String, f64>,
+    /// CPUs the measuring node's process may run on (its affinity mask and CPU quota);
+    /// absent in files from before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<f64>,
 }
 
 /// What a node measured of one function.
@@ -47,8 +59,16 @@ pub struct MeasuredFunction {
     /// Extra time of a call that started a new instance, in ms; `None` when none was seen.
     #[serde(default)]
     pub cold_ms: Option<f64>,
-    /// Memory of one instance in MB (the configured size; the node does not measure it).
+    /// Memory of one instance in MB: the median of the measured samples
+    /// (`memory_samples`), the configured size while there are none.
     pub memory_mb: f64,
+    /// Memory samples behind `memory_mb` (0: it is the configured size).
+    #[serde(default)]
+    pub memory_samples: u64,
+    /// Calls of it per second that arrived at the node, over its recent calls (served here
+    /// or sent on); absent in files from before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
     /// The same per backend kind (`local`, `tinyfaas`, ...), as the backends reported them.
     #[serde(default)]
     pub backends: BTreeMap<String, MeasuredBackend>,
@@ -101,6 +121,14 @@ impl MeasuredProfiles {
             if let Some(c) = f.cold_ms {
                 check(format!("functions.{name}.cold_ms"), c)?;
             }
+            if let Some(r) = f.rate_per_s {
+                check(format!("functions.{name}.rate_per_s"), r)?;
+            }
+        }
+        if let Some(c) = self.cores {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(format!("cores = {c}: must be a finite number > 0"));
+            }
         }
         for (node, rtt) in &self.links {
             check(format!("links.{node}"), *rtt)?;
@@ -136,18 +164,7 @@ impl MeasuredProfiles {
     /// Calibrates `topo` to these figures: the measuring node's functions (see
     /// [`MeasuredProfiles::calibrate`]) and the access delays of the nodes it measured links to.
     pub fn calibrate_topology(&self, topo: &mut Topology, link: &LinkModel) -> Result<()> {
-        let at = topo
-            .ids
-            .iter()
-            .position(|id| *id == self.node)
-            .ok_or_else(|| {
-                SchedulerError::Invalid(format!(
-                    "measured profiles: node = {:?} is not a node of topology {} ({})",
-                    self.node,
-                    topo.name,
-                    topo.ids.join(", ")
-                ))
-            })?;
+        let at = self.node_index(topo)?;
         let here = topo.nodes[at];
         let mut functions = topo.functions.take().unwrap_or_default();
         for (name, p) in &mut functions {
@@ -167,8 +184,73 @@ impl MeasuredProfiles {
             let dist = here.location.distance_km(&topo.nodes[j].location);
             topo.nodes[j].access_ms = (rtt - dist / link.km_per_ms).max(0.0);
         }
+        self.calibrate_load(topo, at);
+        self.calibrate_cores(topo)
+    }
+
+    /// The measured arrival rates as the topology's workload: mix, total rate, and sources
+    /// around node `at` (where those calls came in). Nothing changes without rates.
+    fn calibrate_load(&self, topo: &mut Topology, at: usize) {
+        let Some(functions) = &topo.functions else {
+            return;
+        };
+        let rates: Vec<f64> = functions
+            .iter()
+            .map(|(name, _)| {
+                self.functions
+                    .get(name)
+                    .and_then(|m| m.rate_per_s)
+                    .unwrap_or(0.0)
+            })
+            .collect();
+        let total: f64 = rates.iter().sum();
+        if total <= 0.0 {
+            return;
+        }
+        topo.popularity = Some(rates);
+        topo.defaults.rate = total;
+        topo.sources = crate::topology::ring_sources(&topo.nodes[at..=at], 6.0, 8);
+    }
+
+    /// The measuring node's cores, when the file has them.
+    fn calibrate_cores(&self, topo: &mut Topology) -> Result<()> {
+        let at = self.node_index(topo)?;
+        if let Some(c) = self.cores {
+            topo.nodes[at].cores = c;
+        }
         Ok(())
     }
+
+    fn node_index(&self, topo: &Topology) -> Result<usize> {
+        topo.ids
+            .iter()
+            .position(|id| *id == self.node)
+            .ok_or_else(|| {
+                SchedulerError::Invalid(format!(
+                    "measured profiles: node = {:?} is not a node of topology {} ({})",
+                    self.node,
+                    topo.name,
+                    topo.ids.join(", ")
+                ))
+            })
+    }
+}
+
+/// Calibrates `topo` to a fleet's files: the first file's node gives the functions, links and
+/// load ([`MeasuredProfiles::calibrate_topology`]), every file its own node's cores.
+pub fn calibrate_fleet(
+    files: &[MeasuredProfiles],
+    topo: &mut Topology,
+    link: &LinkModel,
+) -> Result<()> {
+    let Some((first, rest)) = files.split_first() else {
+        return Ok(());
+    };
+    first.calibrate_topology(topo, link)?;
+    for f in rest {
+        f.calibrate_cores(topo)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
