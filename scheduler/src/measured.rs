@@ -315,6 +315,114 @@ mod tests {
 mod topology_tests {
     use super::*;
 
+    fn small_edge() -> Topology {
+        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/berlin-small-edge.toml");
+        Topology::load_config(&file).unwrap()
+    }
+
+    #[test]
+    fn the_measured_load_and_cores_become_the_workload_and_capacities() {
+        let potsdam = MeasuredProfiles::parse(
+            r#"{"node": "potsdam", "at_ms": 1, "cores": 1,
+                "functions": {
+                  "sievehard": {"calls": 60, "warm_ms": 90.0, "cold_ms": 20.0, "memory_mb": 9.5,
+                                "memory_samples": 12, "rate_per_s": 12.0},
+                  "echo": {"calls": 5, "warm_ms": 0.5, "memory_mb": 16, "rate_per_s": 4.0}
+                },
+                "links": {"tu-berlin": 6.0, "cloud": 27.0}}"#,
+            "potsdam.json",
+        )
+        .unwrap();
+        let tu = MeasuredProfiles::parse(
+            r#"{"node": "tu-berlin", "at_ms": 1, "cores": 2, "functions": {}}"#,
+            "tu.json",
+        )
+        .unwrap();
+        let mut topo = small_edge();
+        let link = LinkModel::default();
+        calibrate_fleet(&[potsdam, tu], &mut topo, &link).unwrap();
+        let at = |id: &str| topo.ids.iter().position(|n| n == id).unwrap();
+        assert_eq!(topo.nodes[at("potsdam")].cores, 1.0);
+        assert_eq!(topo.nodes[at("tu-berlin")].cores, 2.0);
+        assert_eq!(
+            topo.nodes[at("cloud")].cores,
+            64.0,
+            "no file: the topology's"
+        );
+        assert_eq!(topo.defaults.rate, 16.0);
+        let names: Vec<&str> = topo
+            .functions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let mix = topo.popularity.clone().unwrap();
+        let rate = |n: &str| mix[names.iter().position(|x| *x == n).unwrap()];
+        assert_eq!(
+            (rate("sievehard"), rate("echo"), rate("sieve")),
+            (12.0, 4.0, 0.0)
+        );
+        let hard = &topo.functions.as_ref().unwrap()
+            [names.iter().position(|x| *x == "sievehard").unwrap()]
+        .1;
+        assert_eq!(hard.memory_mb, 9.5);
+        // Every request comes from Potsdam's surroundings and is of a function that was called.
+        let wl = crate::workload::Workload::for_topology(
+            &topo,
+            (0, 0),
+            &crate::workload::WorkloadConfig {
+                requests: 2000,
+                rate_per_s: topo.defaults.rate,
+                ..Default::default()
+            },
+        );
+        let here = topo.nodes[at("potsdam")].location;
+        assert!(wl
+            .requests
+            .iter()
+            .all(|r| r.source.distance_km(&here) < 7.0));
+        let hard_calls = wl
+            .requests
+            .iter()
+            .filter(|r| names[r.function] == "sievehard")
+            .count();
+        assert!(wl.requests.iter().all(|r| names[r.function] != "sieve"));
+        assert!(
+            (1350..1650).contains(&hard_calls),
+            "{hard_calls} of 2000, expected about 1500"
+        );
+        let span_s = wl.requests.last().unwrap().arrival_ms / 1000.0;
+        assert!(
+            (110.0..140.0).contains(&span_s),
+            "2000 calls at 16/s took {span_s} s"
+        );
+    }
+
+    #[test]
+    fn a_file_without_rates_leaves_the_load_alone_and_bad_cores_are_refused() {
+        let mut topo = small_edge();
+        let before = (topo.defaults, topo.sources.clone());
+        let p = MeasuredProfiles::parse(
+            r#"{"node": "potsdam", "at_ms": 1,
+                "functions": {"sieve": {"calls": 40, "warm_ms": 3.0, "memory_mb": 32}}}"#,
+            "old.json",
+        )
+        .unwrap();
+        p.calibrate_topology(&mut topo, &LinkModel::default())
+            .unwrap();
+        assert_eq!((topo.defaults, topo.sources.clone()), before);
+        assert_eq!(topo.popularity, None);
+        let e = MeasuredProfiles::parse(
+            r#"{"node": "potsdam", "at_ms": 1, "cores": 0, "functions": {}}"#,
+            "c.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("c.json") && e.contains("cores = 0"), "{e}");
+    }
+
     #[test]
     fn the_simulator_reads_a_measured_profile_file() {
         let dir = tempfile::tempdir().unwrap();
