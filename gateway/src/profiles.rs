@@ -564,6 +564,84 @@ mod tests {
     }
 
     #[test]
+    fn measured_memory_replaces_the_configured_size_after_enough_samples() {
+        let topology = Topology::parse(
+            include_str!("../../examples/berlin.toml"),
+            "berlin.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let configured = topology.function("sievehard").unwrap().memory_mb;
+        let book = ProfileBook::default();
+        let prior = geofaas_scheduler::model::FunctionProfile::from(
+            topology.function("sievehard").unwrap(),
+        );
+        let call = |samples: Option<u64>| {
+            book.local_call("sievehard", 90.0, None);
+            let out = InvokeOutput {
+                memory: samples.map(|samples| MemoryFigure {
+                    median_mb: 9.5,
+                    samples,
+                }),
+                ..InvokeOutput::default()
+            };
+            book.backend_call("sievehard", "local", &out);
+        };
+        let memory_in_file = |book: &ProfileBook| {
+            let f = &book.snapshot("tu-berlin", &topology).functions["sievehard"];
+            (f.memory_mb, f.memory_samples)
+        };
+        // Before any sample, and on fewer than MEMORY_SAMPLES: the configured size.
+        call(None);
+        assert_eq!(memory_in_file(&book), (configured, 0));
+        call(Some(MEMORY_SAMPLES - 1));
+        assert_eq!(book.memory_mb("sievehard"), None);
+        assert_eq!(memory_in_file(&book), (configured, 0));
+        let p = book.with_measured_memory("sievehard", prior.clone());
+        assert_eq!(p.memory_mb, configured);
+        assert_eq!(book.report().0["sievehard"].memory_mb, None);
+        // Enough: the measured figure, in the file, the report and the scheduler's profile.
+        call(Some(MEMORY_SAMPLES));
+        assert_eq!(book.memory_mb("sievehard"), Some(9.5));
+        assert_eq!(memory_in_file(&book), (9.5, MEMORY_SAMPLES));
+        assert_eq!(book.report().0["sievehard"].memory_mb, Some(9.5));
+        let p = book.with_measured_memory("sievehard", prior);
+        assert_eq!(p.memory_mb, 9.5);
+        // A backend that does not measure memory leaves the last figure in place.
+        call(None);
+        assert_eq!(book.memory_mb("sievehard"), Some(9.5));
+    }
+
+    #[test]
+    fn the_arrival_rate_is_taken_over_the_recent_calls() {
+        let book = ProfileBook::default();
+        let t0 = Instant::now();
+        for k in 0..10 {
+            book.arrived("f", t0 + Duration::from_millis(250 * k));
+        }
+        book.local_call("f", 1.0, None);
+        let topology = Topology::parse(
+            include_str!("../../examples/berlin.toml"),
+            "berlin.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let file = book.snapshot("tu-berlin", &topology);
+        let rate = file.functions["f"].rate_per_s.unwrap();
+        assert!((rate - 4.0).abs() < 1e-9, "{rate}");
+        assert!(file.cores.is_some_and(|c| c >= 1.0));
+        // After a window of calls 100 ms apart, their rate is the figure.
+        let t1 = t0 + Duration::from_secs(10);
+        for k in 0..WINDOW {
+            book.arrived("f", t1 + Duration::from_millis(100 * k));
+        }
+        let rate = book.snapshot("tu-berlin", &topology).functions["f"]
+            .rate_per_s
+            .unwrap();
+        assert!((rate - 10.0).abs() < 1e-6, "{rate}");
+    }
+
+    #[test]
     fn server_timing_is_read_back() {
         let mut h = HeaderMap::new();
         h.insert(
