@@ -458,8 +458,17 @@ async fn a_functions_measured_memory_replaces_its_configured_size_in_profiles_an
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(
         d.join("fn.py"),
-        "keep = []\n\n\ndef fn(input, headers):\n    if not keep:\n        b = bytearray(50 * 1024 * 1024)\n        \
-         for i in range(0, len(b), 4096):\n            b[i] = 1\n        keep.append(b)\n    return 'ok'\n",
+        r#"keep = []
+
+
+def fn(input, headers):
+    if not keep:
+        b = bytearray(50 * 1024 * 1024)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        keep.append(b)
+    return 'ok'
+"#,
     )
     .unwrap();
     let backend = format!(

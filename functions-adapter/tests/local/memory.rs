@@ -9,14 +9,17 @@ use geofaas_functions::local::MemoryFigure;
 use crate::{ok_text, runtime, write_function};
 
 /// 50 MiB, every page touched so that it is resident, kept across calls.
-const HOG: &str = "keep = []\n\
-def fn(input, headers):\n\
-    if not keep:\n\
-        b = bytearray(50 * 1024 * 1024)\n\
-        for i in range(0, len(b), 4096):\n\
-            b[i] = 1\n\
-        keep.append(b)\n\
-    return 'ok'\n";
+const HOG: &str = r#"keep = []
+
+
+def fn(input, headers):
+    if not keep:
+        b = bytearray(50 * 1024 * 1024)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        keep.append(b)
+    return 'ok'
+"#;
 const SMALL: &str = "def fn(input, headers):\n    return 'ok'\n";
 
 /// Calls `function` until its figure rests on 3 samples (bounded: 200 calls, 20 s).
@@ -46,6 +49,7 @@ async fn a_function_holding_50_mib_is_measured_50_mib_above_an_empty_one() {
     let hog = measured(&rt, "hog").await;
     let mib50 = 50.0 * 1024.0 * 1024.0 / 1e6;
     let extra = hog.median_mb - small.median_mb;
+    println!("hog {hog:?}, small {small:?}: {extra:.2} MB more");
     assert!(
         (0.9 * mib50..1.15 * mib50).contains(&extra),
         "hog {hog:?}, small {small:?}: {extra:.1} MB more, expected about {mib50:.1}"
