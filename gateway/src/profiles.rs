@@ -351,11 +351,16 @@ impl ProfileBook {
             })
             .collect();
         let (_, links) = self.report();
+        let probes = read(&self.links)
+            .iter()
+            .filter_map(|(id, l)| Some((id.clone(), l.probe.get()?)))
+            .collect();
         MeasuredProfiles {
             node: node.to_owned(),
             at_ms: geofaas_fleet::now_ms(),
             functions,
             links,
+            probes,
             cores: std::thread::available_parallelism()
                 .ok()
                 .map(|n| n.get() as f64),
