@@ -279,6 +279,23 @@ pub fn calibrate_fleet(
     for f in rest {
         f.calibrate_cores(topo)?;
     }
+    // A function whose memory the first node could not measure (say, every instance there
+    // was stopped at its deadline before it went idle) takes another node's measured figure.
+    if let Some(functions) = &mut topo.functions {
+        for (name, p) in functions.iter_mut() {
+            let measured_first = first
+                .functions
+                .get(name)
+                .is_some_and(|m| m.memory_samples > 0);
+            let other = rest
+                .iter()
+                .filter_map(|f| f.functions.get(name))
+                .find(|m| m.memory_samples > 0 && m.memory_mb > 0.0);
+            if let (false, Some(m)) = (measured_first, other) {
+                p.memory_mb = m.memory_mb;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -365,7 +382,9 @@ mod topology_tests {
         )
         .unwrap();
         let tu = MeasuredProfiles::parse(
-            r#"{"node": "tu-berlin", "at_ms": 1, "cores": 2, "functions": {}}"#,
+            r#"{"node": "tu-berlin", "at_ms": 1, "cores": 2, "functions": {
+                  "echo": {"calls": 9, "warm_ms": 0.4, "memory_mb": 5.5, "memory_samples": 4},
+                  "sievehard": {"calls": 9, "warm_ms": 80.0, "memory_mb": 30, "memory_samples": 4}}}"#,
             "tu.json",
         )
         .unwrap();
@@ -411,7 +430,11 @@ mod topology_tests {
         let hard = &topo.functions.as_ref().unwrap()
             [names.iter().position(|x| *x == "sievehard").unwrap()]
         .1;
-        assert_eq!(hard.memory_mb, 9.5);
+        assert_eq!(hard.memory_mb, 9.5, "measured at potsdam: its own figure");
+        let echo =
+            &topo.functions.as_ref().unwrap()[names.iter().position(|x| *x == "echo").unwrap()].1;
+        assert_eq!(echo.memory_mb, 5.5, "not measured at potsdam: tu-berlin's");
+        assert_eq!(echo.cpu_ms, 0.5, "the times are potsdam's");
         // Every request comes from Potsdam's surroundings and is of a function that was called.
         let wl = crate::workload::Workload::for_topology(
             &topo,
