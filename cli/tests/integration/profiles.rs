@@ -475,7 +475,9 @@ def fn(input, headers):
         "\n[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
         dir.path().display()
     );
-    let profile = "[[function]]\nname = \"hog\"\nmemory_mb = 512\n";
+    // No image to pull and a short run in the prior, so greedy serves the first calls here.
+    let profile =
+        "[[function]]\nname = \"hog\"\nmemory_mb = 512\ncpu_ms = 5\nimage_mb = 0\ninit_ms = 0\n";
     let f = Fleet::start(
         |ports| melbourne(ports, "greedy", &backend, profile),
         |topology, id| build_backends(topology, id).unwrap(),
