@@ -468,6 +468,48 @@ mod topology_tests {
     }
 
     #[test]
+    fn on_the_captured_high_load_keeping_calls_at_home_is_far_behind_greedy() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("testdata/profiles/highload-small-edge");
+        let files: Vec<MeasuredProfiles> = ["potsdam", "tu-berlin", "cloud"]
+            .iter()
+            .map(|n| MeasuredProfiles::load(&dir.join(format!("{n}.json"))).unwrap())
+            .collect();
+        let mut topo = small_edge();
+        let link = LinkModel::default();
+        calibrate_fleet(&files, &mut topo, &link).unwrap();
+        assert!(
+            (15.0..16.0).contains(&topo.defaults.rate),
+            "{}",
+            topo.defaults.rate
+        );
+        let wl = crate::workload::Workload::for_topology(
+            &topo,
+            (0, 0),
+            &crate::workload::WorkloadConfig {
+                requests: 320,
+                rate_per_s: topo.defaults.rate,
+                seed: 7001,
+                ..Default::default()
+            },
+        );
+        let cfg = crate::sim::SimConfig {
+            warmup: 0,
+            ..Default::default()
+        };
+        let mean = |p: &dyn crate::policy::Policy| {
+            let out = crate::sim::Simulator::run(&topo, &wl, cfg, p);
+            out.iter().map(|o| o.latency.total()).sum::<f64>() / out.len() as f64
+        };
+        let home = mean(&crate::baselines::NearestPolicy);
+        let greedy = mean(&crate::baselines::GreedyPolicy::new(link));
+        assert!(
+            home > 3.0 * greedy,
+            "nearest {home:.0} ms, greedy {greedy:.0} ms"
+        );
+    }
+
+    #[test]
     fn a_file_without_rates_leaves_the_load_alone_and_bad_cores_are_refused() {
         let mut topo = small_edge();
         let before = (topo.defaults, topo.sources.clone());
