@@ -491,7 +491,7 @@ def fn(input, headers):
         hog.memory_samples < geofaas_gateway::profiles::MEMORY_SAMPLES && hog.memory_mb == 512.0,
         "one call: the configured size: {hog:?}"
     );
-    // Samples are at most one per 500 ms: call until the figure rests on enough of them.
+    // Samples are at most one per 2 s: call until the figure rests on enough of them.
     let give_up = std::time::Instant::now() + Duration::from_secs(60);
     let measured = loop {
         f.call("cbd", "hog").await;

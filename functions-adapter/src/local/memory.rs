@@ -5,6 +5,10 @@
 //! server in proportion, so the figure is what one more instance costs the node, not the
 //! interpreter counted again for every worker.
 //!
+//! A read costs 0.2 ms for an idle Python worker and 0.6-1.3 ms for one holding 50 MiB
+//! (measured at load average 5 on the shared 2-core machine): hence one per function version
+//! every [`SAMPLE_EVERY`] at most, about 0.07 % of a core per busy function.
+//!
 //! [`MemoryBook::figure`] is the median of the last [`WINDOW`] samples, with their count; the
 //! node's live profile uses it in place of the configured size once it has enough of them.
 
@@ -13,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Shortest time between two samples of one function version.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 /// Samples the median is taken over.
 pub const WINDOW: usize = 16;
 
