@@ -455,8 +455,16 @@ pub fn settle(
     elapsed: Duration,
 ) {
     let took = ms(elapsed);
-    if let Some(at) = Instant::now().checked_sub(elapsed) {
-        state.scheduling.profiles.arrived(function, at);
+    // Every call of a function that exists counts toward its arrival rate; a name no node
+    // serves (`404`) is not kept, so callers cannot grow the map.
+    let status = match outcome {
+        Outcome::Served { answer, .. } | Outcome::Offloaded { answer, .. } => answer.status(),
+        Outcome::Failed(e) => e.status,
+    };
+    if status != axum::http::StatusCode::NOT_FOUND {
+        if let Some(at) = Instant::now().checked_sub(elapsed) {
+            state.scheduling.profiles.arrived(function, at);
+        }
     }
     match outcome {
         Outcome::Served {
