@@ -34,7 +34,8 @@
 //! ```
 //!
 //! The load generator behind `geofaas loadtest` ([`cli`]) reproduces the paper's three
-//! experiments on any topology: [`mobility`], [`highload`] and [`outage`], each writing
+//! experiments on any topology: [`mobility`], [`highload`] and [`outage`], and a mixed workload
+//! of many Zipf-popular functions with cold starts, [`mixed`] (popularity from [`zipf`]), each writing
 //! `requests.csv` ([`record`]), `summary.json` and a PNG like the paper's figure ([`plot`]).
 //! [`spawn`] starts the nodes as child processes so an outage can kill one for real.
 
@@ -45,6 +46,7 @@ pub mod client;
 pub mod delay;
 pub mod headers;
 pub mod highload;
+pub mod mixed;
 pub mod mobility;
 pub mod netem;
 pub mod outage;
@@ -55,5 +57,6 @@ pub mod record;
 pub mod route;
 pub mod runner;
 pub mod spawn;
+pub mod zipf;
 
 pub use client::{CallReport, CallRequest, ClientConfig, GeoClient, HttpVersion, LocationHeader};
