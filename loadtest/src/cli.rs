@@ -25,9 +25,11 @@ use crate::spawn::{DelaySpec, Spawned};
 that behave like the paper's GeoFaaS client: each call carries X-Client-Location, follows a 307 \
 handover and caches the new node, and after a timeout or a connection failure is retried once at \
 the cloud with X-GeoFaaS-Retry: 1.\n\nEach mode writes requests.csv (one row per call), \
-summary.json and a PNG like the paper's figure into --out. With --spawn the nodes of the topology \
-are started as child processes (fresh CA, derived topology in a state folder); without it a \
-running deployment is called."
+summary.json and (but mixed) a PNG like the paper's figure into --out. With --spawn the nodes of \
+the topology are started as child processes (fresh CA, derived topology in a state folder), and \
+mobility, highload and mixed keep each node's /metrics at the end as metrics-<node>.txt; without \
+it a running deployment is called. `mixed` adds a workload of many generated functions with Zipf \
+popularity and cold starts."
 )]
 pub struct LoadtestArgs {
     /// The experiment.
@@ -249,11 +251,13 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<()> {
         Mode::Mobility(a) if a.compare_prewarm => crate::prewarm::run(&a).await,
         Mode::Mobility(a) => {
             let ctx = Ctx::setup(&a.common, 1000).await?;
-            crate::mobility::run(&ctx, &a).await
+            crate::mobility::run(&ctx, &a).await?;
+            crate::scrape::save_metrics(&ctx).await
         }
         Mode::Highload(a) => {
             let ctx = Ctx::setup(&a.common, 30_000).await?;
-            crate::highload::run(&ctx, &a).await
+            crate::highload::run(&ctx, &a).await?;
+            crate::scrape::save_metrics(&ctx).await
         }
         Mode::Outage(a) => {
             let ctx = Ctx::setup(&a.common, 1000).await?;

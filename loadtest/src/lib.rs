@@ -56,6 +56,7 @@ pub mod prewarm;
 pub mod record;
 pub mod route;
 pub mod runner;
+pub mod scrape;
 pub mod spawn;
 pub mod zipf;
 

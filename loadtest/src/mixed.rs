@@ -232,6 +232,7 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
     let rows = run_open_requests(&geo, &plan, &requests, &pb, None).await;
     pb.finish_and_clear();
     write_csv(&ctx.out_file("requests.csv"), &rows)?;
+    crate::scrape::save_metrics(&ctx).await?;
     let mut summary = Summary::of("mixed", &rows, started.elapsed().as_secs_f64());
     ctx.finish_summary(&mut summary, Some(args.rate));
     summary.function = format!("{} generated functions ({}..)", functions.len(), functions[0].name);

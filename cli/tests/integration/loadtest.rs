@@ -390,7 +390,7 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
             "--calls",
             "100",
             "--rate",
-            "20",
+            "10",
             "--clients-per-edge",
             "2",
             "--keep-alive-s",
@@ -427,7 +427,8 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
     let mix02 = rows.iter().find(|r| r.function == "mix02").expect("mix02 called");
     assert!(mix02.ok(), "{mix02:?}");
     // A function's first call at a node starts an instance; so does a call after the function
-    // sat idle well beyond --keep-alive-s (1 s) there: its instances were evicted.
+    // sat idle there well beyond --keep-alive-s (1 s; the reaper looks every 250 ms): its
+    // instances were evicted.
     let mut evicted = 0;
     let mut by_node: std::collections::BTreeMap<(&str, &str), Vec<&Row>> = Default::default();
     for r in &rows {
@@ -437,13 +438,13 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
         assert_eq!(calls[0].cold_start, Some(true), "{function} at {node}: {:?}", calls[0]);
         for w in calls.windows(2) {
             let idle_ms = w[1].sent_ms - (w[0].sent_ms + w[0].latency_ms);
-            if idle_ms > 3000.0 {
+            if idle_ms > 2500.0 {
                 assert_eq!(w[1].cold_start, Some(true), "{function} at {node} after {idle_ms} ms idle");
                 evicted += 1;
             }
         }
     }
-    assert!(evicted > 0, "the seeded plan leaves some function idle for 3 s: {by_node:?}");
+    assert!(evicted > 0, "the seeded plan leaves some function idle for 2.5 s: {by_node:?}");
     let cold = rows.iter().filter(|r| r.cold_start == Some(true)).count();
     assert_eq!(s["mode_results"]["cold_starts"], cold);
 }

@@ -1,4 +1,4 @@
-//! The live scheduler: with `[scheduler] policy = "greedy"` an edge offloads a call the cloud
+//! The live scheduler: with `[scheduler] policy = "greedy"` an edge sends on a call another node
 //! really serves better (the edge's one core is busy, the cloud's are free), with nothing
 //! failing, and serves the rest itself; an idle edge's first calls stay at home even when the
 //! function's image is large, because the embedded runtime starts an instance with a fork, not
@@ -73,8 +73,12 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     assert_eq!(header(&resp, "x-placement-reason"), "greedy");
     assert_eq!(resp.text().await.unwrap(), "heavy image");
 
+    // A first nap starts an instance (on a loaded machine a start can take a good part of the
+    // edge backend's 1.5 s timeout, so the busy call below does not pay one).
+    assert_eq!(header(&nap(&c, "0").await, "x-served-by"), "tu-berlin");
     // One nap fills tu-berlin's core; the next would wait a second behind it there, while the
-    // cloud runs it at once, 25 ms away: greedy sends it to the cloud.
+    // cloud (25 ms away) or idle Potsdam (when its load report is fresh) runs it at once:
+    // greedy sends it there.
     let busy = tokio::spawn({
         let client = c.client.clone();
         let url = format!("{}/fn/nap", c.url("tu-berlin"));
@@ -92,8 +96,12 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     until_running(&c).await;
     let placed = nap(&c, "0").await;
     assert_eq!(placed.status(), 200);
-    assert_eq!(header(&placed, "x-offloaded-from"), "tu-berlin");
-    assert_eq!(header(&placed, "x-served-by"), "cloud");
+    let elsewhere = (header(&placed, "x-placement"), header(&placed, "x-served-by"));
+    assert!(
+        elsewhere == ("cloud".into(), "cloud".into())
+            || elsewhere == ("neighbor".into(), "potsdam".into()),
+        "{elsewhere:?}"
+    );
     assert_eq!(header(&placed, "x-placement-reason"), "greedy");
     let timing = header(&placed, "server-timing");
     assert!(timing.contains("predicted;dur="), "{timing}");
@@ -115,6 +123,7 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_policy_the_same_call_stays_at_the_edge() {
     let c = start("none").await;
+    assert_eq!(header(&nap(&c, "0").await, "x-served-by"), "tu-berlin");
     let busy = tokio::spawn({
         let client = c.client.clone();
         let url = format!("{}/fn/nap", c.url("tu-berlin"));
