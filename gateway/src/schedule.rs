@@ -308,9 +308,8 @@ impl EdgeScheduler {
         link_ms: f64,
     ) -> Measured {
         let enough = |f: &Facts| f.calls >= PRIOR_CALLS || (prior.is_none() && f.calls > 0);
-        let prior_cold = |p: &FunctionProfile| {
-            kind.cold_ms(p, &spec, mine, self.book.typical_cold_ms())
-        };
+        let prior_cold =
+            |p: &FunctionProfile| kind.cold_ms(p, &spec, mine, self.book.typical_cold_ms());
         let fallback_cold = || prior_cold(prior.unwrap_or(&self.default_profile));
         if let Some(f) = measured.filter(enough) {
             return Measured {

@@ -137,7 +137,10 @@ pub fn edge_clients(
             }
         }
     }
-    anyhow::ensure!(!points.is_empty(), "the topology has no edge to place clients in");
+    anyhow::ensure!(
+        !points.is_empty(),
+        "the topology has no edge to place clients in"
+    );
     Ok(points)
 }
 
@@ -153,7 +156,9 @@ pub fn plan(
     let gap = Exp::new(rate)
         .ok()
         .filter(|_| rate.is_finite() && rate > 0.0)
-        .ok_or_else(|| anyhow::anyhow!("--rate {rate}: must be a number of calls per second > 0"))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("--rate {rate}: must be a number of calls per second > 0")
+        })?;
     let (mut at, mut plan, mut requests) = (0.0, Vec::new(), Vec::new());
     for seq in 0..calls {
         let c = rng.gen_range(0..clients.len());
@@ -235,7 +240,11 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
     crate::scrape::save_metrics(&ctx).await?;
     let mut summary = Summary::of("mixed", &rows, started.elapsed().as_secs_f64());
     ctx.finish_summary(&mut summary, Some(args.rate));
-    summary.function = format!("{} generated functions ({}..)", functions.len(), functions[0].name);
+    summary.function = format!(
+        "{} generated functions ({}..)",
+        functions.len(),
+        functions[0].name
+    );
     summary.load = format!(
         "open loop: Poisson arrivals at {} calls/s, each from a uniform client, Zipf({}) over the functions",
         args.rate, args.zipf
@@ -338,7 +347,12 @@ kind = "local"
         assert_eq!(names(&r), names(&draw(4).1));
         let count = |name: &str| r.iter().filter(|q| q.function == name).count();
         // Rank 1 is called about 20 times as often as rank 20 at s = 1.
-        assert!(count("mix00") > 5 * count("mix19").max(1), "{} {}", count("mix00"), count("mix19"));
+        assert!(
+            count("mix00") > 5 * count("mix19").max(1),
+            "{} {}",
+            count("mix00"),
+            count("mix19")
+        );
         // Arrivals rise and average about 1/50 s apart.
         assert!(p.windows(2).all(|w| w[0].offset <= w[1].offset));
         let mean_gap = p.last().unwrap().offset.as_secs_f64() / 1999.0;

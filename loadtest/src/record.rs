@@ -119,7 +119,8 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
             clean(&r.http),
             clean(&r.error),
             clean(&r.function),
-            r.cold_start.map_or("", |c| if c { "true" } else { "false" }),
+            r.cold_start
+                .map_or("", |c| if c { "true" } else { "false" }),
         );
     }
     std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))

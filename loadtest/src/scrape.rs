@@ -23,15 +23,7 @@ pub async fn save_metrics(ctx: &Ctx) -> anyhow::Result<()> {
             .entry_url(&node.id)
             .unwrap_or_else(|| node.public_url.clone())
             .join("metrics")?;
-        let text = async {
-            http.get(url)
-                .send()
-                .await?
-                .error_for_status()?
-                .text()
-                .await
-        }
-        .await;
+        let text = async { http.get(url).send().await?.error_for_status()?.text().await }.await;
         match text {
             Ok(text) => {
                 let path = ctx.out_file(&format!("metrics-{}.txt", node.id));
@@ -41,10 +33,6 @@ pub async fn save_metrics(ctx: &Ctx) -> anyhow::Result<()> {
             Err(e) => failed.push(format!("{}: {e}", node.id)),
         }
     }
-    anyhow::ensure!(
-        failed.is_empty(),
-        "no /metrics from {}",
-        failed.join("; ")
-    );
+    anyhow::ensure!(failed.is_empty(), "no /metrics from {}", failed.join("; "));
     Ok(())
 }

@@ -124,14 +124,21 @@ mod tests {
                 let p = z.probability(rank);
                 // Five standard deviations of a binomial share.
                 let sd = (p * (1.0 - p) / n as f64).sqrt();
-                assert!((f - p).abs() < 5.0 * sd + 1e-9, "s {s} rank {rank}: {f} vs {p}");
+                assert!(
+                    (f - p).abs() < 5.0 * sd + 1e-9,
+                    "s {s} rank {rank}: {f} vs {p}"
+                );
             }
         }
     }
 
     #[test]
     fn a_larger_exponent_concentrates_the_calls_on_the_head() {
-        let head = |s| frequencies(&Zipf::new(24, s).unwrap(), 3, 50_000)[..3].iter().sum::<f64>();
+        let head = |s| {
+            frequencies(&Zipf::new(24, s).unwrap(), 3, 50_000)[..3]
+                .iter()
+                .sum::<f64>()
+        };
         assert!(head(0.0) < head(0.8));
         assert!(head(0.8) < head(1.5));
     }

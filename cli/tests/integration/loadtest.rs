@@ -422,9 +422,15 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
         let name = f["name"].as_str().unwrap();
         assert_eq!(f["calls"].as_u64().unwrap() as usize, calls(name), "{name}");
     }
-    assert!(calls("mix00") > calls("mix19"), "Zipf: rank 1 is called most");
+    assert!(
+        calls("mix00") > calls("mix19"),
+        "Zipf: rank 1 is called most"
+    );
     // Each generated function answers with its own sieve.
-    let mix02 = rows.iter().find(|r| r.function == "mix02").expect("mix02 called");
+    let mix02 = rows
+        .iter()
+        .find(|r| r.function == "mix02")
+        .expect("mix02 called");
     assert!(mix02.ok(), "{mix02:?}");
     // A function's first call at a node starts an instance; so does a call after the function
     // sat idle there well beyond --keep-alive-s (1 s; the reaper looks every 250 ms): its
@@ -432,19 +438,34 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
     let mut evicted = 0;
     let mut by_node: std::collections::BTreeMap<(&str, &str), Vec<&Row>> = Default::default();
     for r in &rows {
-        by_node.entry((&r.function, &r.served_by)).or_default().push(r);
+        by_node
+            .entry((&r.function, &r.served_by))
+            .or_default()
+            .push(r);
     }
     for ((function, node), calls) in &by_node {
-        assert_eq!(calls[0].cold_start, Some(true), "{function} at {node}: {:?}", calls[0]);
+        assert_eq!(
+            calls[0].cold_start,
+            Some(true),
+            "{function} at {node}: {:?}",
+            calls[0]
+        );
         for w in calls.windows(2) {
             let idle_ms = w[1].sent_ms - (w[0].sent_ms + w[0].latency_ms);
             if idle_ms > 2500.0 {
-                assert_eq!(w[1].cold_start, Some(true), "{function} at {node} after {idle_ms} ms idle");
+                assert_eq!(
+                    w[1].cold_start,
+                    Some(true),
+                    "{function} at {node} after {idle_ms} ms idle"
+                );
                 evicted += 1;
             }
         }
     }
-    assert!(evicted > 0, "the seeded plan leaves some function idle for 2.5 s: {by_node:?}");
+    assert!(
+        evicted > 0,
+        "the seeded plan leaves some function idle for 2.5 s: {by_node:?}"
+    );
     let cold = rows.iter().filter(|r| r.cold_start == Some(true)).count();
     assert_eq!(s["mode_results"]["cold_starts"], cold);
 }

@@ -96,7 +96,10 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     until_running(&c).await;
     let placed = nap(&c, "0").await;
     assert_eq!(placed.status(), 200);
-    let elsewhere = (header(&placed, "x-placement"), header(&placed, "x-served-by"));
+    let elsewhere = (
+        header(&placed, "x-placement"),
+        header(&placed, "x-served-by"),
+    );
     assert!(
         elsewhere == ("cloud".into(), "cloud".into())
             || elsewhere == ("neighbor".into(), "potsdam".into()),

@@ -118,7 +118,10 @@ mod tests {
             })
         };
         let s = spec(1000.0);
-        assert_eq!(ColdKind::Fork.cold_ms(&p, &s, mine(Some(7.5)), Some(2.0)), 7.5);
+        assert_eq!(
+            ColdKind::Fork.cold_ms(&p, &s, mine(Some(7.5)), Some(2.0)),
+            7.5
+        );
         assert_eq!(ColdKind::Fork.cold_ms(&p, &s, mine(None), Some(2.0)), 2.0);
         // A container platform's figure is the model's whatever this node measured.
         assert_eq!(
