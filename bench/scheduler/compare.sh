@@ -27,7 +27,7 @@
 # Usage: bench/scheduler/compare.sh     (about 2 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed"  CLIENTS=4,16
-#        CALLS=10  PIN=1  MIXED_*
+#        CALLS=10  PIN=1  MIXED_*  LOOPBACK
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,10 +45,13 @@ fi
 
 variant=""
 trap '[[ -n "$variant" ]] && rm -f "$variant"' EXIT
-# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold).
+# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold), its
+# nodes on LOOPBACK1N:8443 instead of 127.0.0.1N:8443 when LOOPBACK is set (e.g. 127.0.0.2, so
+# that a run does not meet another fleet on the same machine).
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
-  sed "s/^policy = .*/policy = \"$2\"/" "$1" > "$variant"
+  sed -e "s/^policy = .*/policy = \"$2\"/" \
+      -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"
 }
 
 mkdir -p "$OUT"
