@@ -6,7 +6,7 @@ with a 95 % percentile-bootstrap interval over runs (10 000 resamples, seeded); 
 round, each policy's mean over greedy's mean with its bootstrap interval; and the median of the
 nodes' prediction error (geofaas_prediction_error_ratio, actual over predicted, from the
 metrics-<node>.txt each run keeps), pooled over the runs' nodes, interpolated inside its
-histogram bucket. The mixed workload's SLO is the run's own (summary.json, --slo-ms). Also writes
+histogram bucket, and the share of those calls whose ratio lies in (0.8, 1.25] (bucket bounds). The mixed workload's SLO is the run's own (summary.json, --slo-ms). Also writes
 OUT/compare.csv (one line per run). Usage: compare_table.py OUT_DIR EXAMPLES_DIR"""
 
 import csv
@@ -74,6 +74,15 @@ def histogram_median(buckets):
     return float("nan"), int(total)
 
 
+def share_within(buckets, lo=0.8, hi=1.25):
+    """The share of the histogram's calls with lo < actual / predicted <= hi (both bucket
+    bounds, so exact)."""
+    total = buckets.get(float("inf"), 0.0)
+    if not total or lo not in buckets or hi not in buckets:
+        return float("nan")
+    return (buckets[hi] - buckets[lo]) / total
+
+
 def p99(values):
     values = sorted(values)
     return values[min(len(values) - 1, int(0.99 * len(values)))] if values else float("nan")
@@ -131,8 +140,8 @@ def main():
                                   f"{s['p99']:.1f}", s["late"],
                                   " ".join(f"{k}={v}" for k, v in sorted(s["where"].items()))])
         print(f"### {w} ({what}, SLO {slo:.0f} ms)\n")
-        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | median actual / predicted (calls) | served by |")
-        print("|---|---:|---:|---|---|---:|---|---|---|")
+        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | median actual / predicted (calls) | within 0.8-1.25 | served by |")
+        print("|---|---:|---:|---|---|---:|---|---|---|---|")
         greedy = runs.get("greedy", {})
         for policy in sorted(runs, key=lambda p: ORDER.index(p) if p in ORDER else 9):
             rs = runs[policy]
@@ -147,7 +156,8 @@ def main():
                 for k, v in s["where"].items():
                     where[k] = where.get(k, 0) + v
             med, counted = histogram_median(errors.get(policy, {}))
-            med = f"{med:.2f} ({counted})" if counted else "-"
+            within = share_within(errors.get(policy, {}))
+            med = f"{med:.2f} ({counted}) | {100 * within:.0f} %" if counted else "- | -"
             print(f"| {policy} | {len(rs)} | {calls} | {m[0]:.0f} ({m[1]:.0f}-{m[2]:.0f}) | "
                   f"{p[0]:.0f} ({p[1]:.0f}-{p[2]:.0f}) | {late} ({100 * late / max(calls, 1):.1f} %) | "
                   f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | {med} | "
