@@ -9,7 +9,8 @@
 #
 # Workloads:
 #   highload  the paper's high load on the small edge (examples/berlin-small-edge.toml: Potsdam
-#             with one instance): CLIENTS (4,16) static clients in Potsdam's area call sievehard
+#             with one instance; its `ppo` loads scheduler/weights/berlin-small-edge.safetensors):
+#             CLIENTS (4,16) static clients in Potsdam's area call sievehard
 #             (primes below 10 million) CALLS (10) times each, once a second;
 #   mobility  one client walks mobility-path-99.csv across tu-berlin's and Potsdam's areas,
 #             one sieve call per point, following handovers (examples/berlin.toml);

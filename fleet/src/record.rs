@@ -136,6 +136,9 @@ pub struct FunctionFacts {
     /// Extra time of a call that started a new instance, in milliseconds (none seen: `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_ms: Option<f64>,
+    /// Measured memory of one instance in MB (none yet, or not measured there: `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<f64>,
 }
 
 /// A load report, at `<prefix>load/<id>` under the node's lease, about once a second.

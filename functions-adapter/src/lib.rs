@@ -102,6 +102,9 @@ pub struct InvokeOutput {
     pub exec: Duration,
     /// The deployed version that ran (`X-Function-Version`), where the backend knows it.
     pub version: Option<std::sync::Arc<str>>,
+    /// What the backend measured of the memory of the function's instances (the embedded
+    /// runtime: the PSS of its workers), where it measures it.
+    pub memory: Option<local::MemoryFigure>,
 }
 
 /// A function version to install on a remote platform (`geofaas deploy` at a node whose

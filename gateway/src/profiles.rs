@@ -10,7 +10,11 @@
 //!   start of the calls that started an instance;
 //! * per function and backend kind, the execution and start times the backend reported;
 //! * per other node, the round trip of the `/readyz` probes and load reports sent to it, and the
-//!   time a call forwarded there took beyond what that node's `Server-Timing` accounts for.
+//!   time a call forwarded there took beyond what that node's `Server-Timing` accounts for;
+//! * per function, the memory of one instance as the backend measured it (the embedded
+//!   runtime samples its workers' PSS off the call path), which replaces the configured
+//!   `memory_mb` once it rests on [`MEMORY_SAMPLES`] samples, and the rate at which its calls
+//!   arrived (over its last [`WINDOW`] calls); the files also say how many CPUs the node may use.
 //!
 //! A figure is the median of its last [`WINDOW`] samples, so it follows a node whose speed
 //! changes and one slow call does not move it. A link's figures replace the model's after
@@ -24,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
@@ -33,6 +37,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use geofaas_config::Topology;
 use geofaas_fleet::FunctionFacts;
+use geofaas_functions::local::MemoryFigure;
 use geofaas_functions::InvokeOutput;
 use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredProfiles};
 
@@ -46,6 +51,8 @@ pub const PRIOR_CALLS: u64 = 5;
 pub const WINDOW: u64 = 32;
 /// Where a node serves its profiles.
 pub const PROFILES_PATH: &str = "/node/profiles";
+/// Memory samples of a function before they replace its configured `memory_mb`.
+pub const MEMORY_SAMPLES: u64 = 3;
 
 /// A figure: the median of its last [`WINDOW`] samples (robust to the odd slow call on a
 /// shared machine, and what "the median error" of predictions is measured against), with the
@@ -95,6 +102,35 @@ struct FunctionStats {
     warm: Figure,
     cold: Figure,
     backends: BTreeMap<&'static str, BackendStats>,
+    /// The latest memory figure a backend reported.
+    memory: Option<MemoryFigure>,
+    arrivals: Arrivals,
+}
+
+/// When the last [`WINDOW`] calls of a function arrived.
+#[derive(Debug, Default)]
+struct Arrivals {
+    n: u64,
+    recent: Vec<Instant>,
+}
+
+impl Arrivals {
+    fn add(&mut self, at: Instant) {
+        if self.recent.len() < WINDOW as usize {
+            self.recent.push(at);
+        } else {
+            self.recent[(self.n % WINDOW) as usize] = at;
+        }
+        self.n += 1;
+    }
+
+    /// Calls per second over the recent arrivals (`None` before two of them).
+    fn rate_per_s(&self) -> Option<f64> {
+        let first = self.recent.iter().min()?;
+        let last = self.recent.iter().max()?;
+        let span = last.duration_since(*first).as_secs_f64();
+        (self.recent.len() >= 2 && span > 0.0).then(|| (self.recent.len() - 1) as f64 / span)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -146,10 +182,44 @@ impl ProfileBook {
         let b = entry(&mut map, function).backends.entry(kind).or_default();
         b.calls += 1;
         b.exec.add(ms(out.exec));
+        let memory = out.memory;
         if out.cold_start {
             b.cold_starts += 1;
             b.cold.add(ms(out.cold));
         }
+        if memory.is_some() {
+            entry(&mut map, function).memory = memory;
+        }
+    }
+
+    /// A call of `function` arrived at `at` (whatever became of it).
+    pub fn arrived(&self, function: &str, at: Instant) {
+        entry(&mut write(&self.functions), function)
+            .arrivals
+            .add(at);
+    }
+
+    /// The measured memory of one instance of `function` in MB, once it rests on
+    /// [`MEMORY_SAMPLES`] samples.
+    pub fn memory_mb(&self, function: &str) -> Option<f64> {
+        read(&self.functions)
+            .get(function)
+            .and_then(|f| f.memory)
+            .filter(|m| m.samples >= MEMORY_SAMPLES)
+            .map(|m| m.median_mb)
+    }
+
+    /// `p` with the measured memory of `function` in place of its configured size once
+    /// there is one ([`ProfileBook::memory_mb`]): what the scheduler's memory check uses.
+    pub fn with_measured_memory(
+        &self,
+        function: &str,
+        mut p: geofaas_scheduler::model::FunctionProfile,
+    ) -> geofaas_scheduler::model::FunctionProfile {
+        if let Some(mb) = self.memory_mb(function) {
+            p.memory_mb = mb;
+        }
+        p
     }
 
     /// A call of `function` served here: `warm_ms` from arrival to answer less its admission
@@ -222,6 +292,10 @@ impl ProfileBook {
                         calls: x.calls,
                         warm_ms: x.warm_ms,
                         cold_ms: x.cold_ms,
+                        memory_mb: f
+                            .memory
+                            .filter(|m| m.samples >= MEMORY_SAMPLES)
+                            .map(|m| m.median_mb),
                     },
                 ))
             })
@@ -233,13 +307,18 @@ impl ProfileBook {
         (functions, links)
     }
 
-    /// The measured-profile file of node `node` (memory: the configured instance size).
+    /// The measured-profile file of node `node` (memory: measured once it rests on
+    /// [`MEMORY_SAMPLES`] samples, the configured instance size before).
     pub fn snapshot(&self, node: &str, topology: &Topology) -> MeasuredProfiles {
-        let memory = |name: &str| {
+        let configured = |name: &str| {
             topology.function(name).map_or_else(
                 || geofaas_config::FunctionConfig::named(name).memory_mb,
                 |f| f.memory_mb,
             )
+        };
+        let memory = |name: &str, f: &FunctionStats| match f.memory {
+            Some(m) if m.samples >= MEMORY_SAMPLES => (m.median_mb, m.samples),
+            _ => (configured(name), 0),
         };
         let functions = read(&self.functions)
             .iter()
@@ -258,22 +337,33 @@ impl ProfileBook {
                         ((*kind).to_owned(), m)
                     })
                     .collect();
+                let (memory_mb, memory_samples) = memory(name, f);
                 let m = MeasuredFunction {
                     calls: x.calls,
                     warm_ms: x.warm_ms,
                     cold_ms: x.cold_ms,
-                    memory_mb: memory(name),
+                    memory_mb,
+                    memory_samples,
+                    rate_per_s: f.arrivals.rate_per_s(),
                     backends,
                 };
                 Some((name.clone(), m))
             })
             .collect();
         let (_, links) = self.report();
+        let probes = read(&self.links)
+            .iter()
+            .filter_map(|(id, l)| Some((id.clone(), l.probe.get()?)))
+            .collect();
         MeasuredProfiles {
             node: node.to_owned(),
             at_ms: geofaas_fleet::now_ms(),
             functions,
             links,
+            probes,
+            cores: std::thread::available_parallelism()
+                .ok()
+                .map(|n| n.get() as f64),
         }
     }
 }
@@ -357,6 +447,9 @@ pub fn settle(
     elapsed: Duration,
 ) {
     let took = ms(elapsed);
+    if let Some(at) = Instant::now().checked_sub(elapsed) {
+        state.profiles.arrived(function, at);
+    }
     match outcome {
         Outcome::Served { answer, ran, .. } if answer.status().is_success() => {
             let t = Timing::of(answer.headers());
@@ -473,6 +566,84 @@ mod tests {
             book.forwarded("cloud", 27.0);
         }
         assert_eq!(book.link_ms("cloud"), Some(27.0));
+    }
+
+    #[test]
+    fn measured_memory_replaces_the_configured_size_after_enough_samples() {
+        let topology = Topology::parse(
+            include_str!("../../examples/berlin.toml"),
+            "berlin.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let configured = topology.function("sievehard").unwrap().memory_mb;
+        let book = ProfileBook::default();
+        let prior = geofaas_scheduler::model::FunctionProfile::from(
+            topology.function("sievehard").unwrap(),
+        );
+        let call = |samples: Option<u64>| {
+            book.local_call("sievehard", 90.0, None);
+            let out = InvokeOutput {
+                memory: samples.map(|samples| MemoryFigure {
+                    median_mb: 9.5,
+                    samples,
+                }),
+                ..InvokeOutput::default()
+            };
+            book.backend_call("sievehard", "local", &out);
+        };
+        let memory_in_file = |book: &ProfileBook| {
+            let f = &book.snapshot("tu-berlin", &topology).functions["sievehard"];
+            (f.memory_mb, f.memory_samples)
+        };
+        // Before any sample, and on fewer than MEMORY_SAMPLES: the configured size.
+        call(None);
+        assert_eq!(memory_in_file(&book), (configured, 0));
+        call(Some(MEMORY_SAMPLES - 1));
+        assert_eq!(book.memory_mb("sievehard"), None);
+        assert_eq!(memory_in_file(&book), (configured, 0));
+        let p = book.with_measured_memory("sievehard", prior.clone());
+        assert_eq!(p.memory_mb, configured);
+        assert_eq!(book.report().0["sievehard"].memory_mb, None);
+        // Enough: the measured figure, in the file, the report and the scheduler's profile.
+        call(Some(MEMORY_SAMPLES));
+        assert_eq!(book.memory_mb("sievehard"), Some(9.5));
+        assert_eq!(memory_in_file(&book), (9.5, MEMORY_SAMPLES));
+        assert_eq!(book.report().0["sievehard"].memory_mb, Some(9.5));
+        let p = book.with_measured_memory("sievehard", prior);
+        assert_eq!(p.memory_mb, 9.5);
+        // A backend that does not measure memory leaves the last figure in place.
+        call(None);
+        assert_eq!(book.memory_mb("sievehard"), Some(9.5));
+    }
+
+    #[test]
+    fn the_arrival_rate_is_taken_over_the_recent_calls() {
+        let book = ProfileBook::default();
+        let t0 = Instant::now();
+        for k in 0..10 {
+            book.arrived("f", t0 + Duration::from_millis(250 * k));
+        }
+        book.local_call("f", 1.0, None);
+        let topology = Topology::parse(
+            include_str!("../../examples/berlin.toml"),
+            "berlin.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let file = book.snapshot("tu-berlin", &topology);
+        let rate = file.functions["f"].rate_per_s.unwrap();
+        assert!((rate - 4.0).abs() < 1e-9, "{rate}");
+        assert!(file.cores.is_some_and(|c| c >= 1.0));
+        // After a window of calls 100 ms apart, their rate is the figure.
+        let t1 = t0 + Duration::from_secs(10);
+        for k in 0..WINDOW {
+            book.arrived("f", t1 + Duration::from_millis(100 * k));
+        }
+        let rate = book.snapshot("tu-berlin", &topology).functions["f"]
+            .rate_per_s
+            .unwrap();
+        assert!((rate - 10.0).abs() < 1e-6, "{rate}");
     }
 
     #[test]

@@ -225,6 +225,7 @@ impl EdgeScheduler {
                 (topology.functions.len(), self.default_profile.clone(), None)
             }
         };
+        let profile = self.book.with_measured_memory(function, profile);
         let prior = prior.as_ref();
         let stats = backends.iter().find_map(|b| b.stats(function));
         let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);

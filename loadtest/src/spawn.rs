@@ -351,6 +351,10 @@ fn derive_topology(topology: &Topology, dir: &Path) -> anyhow::Result<Topology> 
     if let Some(g) = &mut t.geoip {
         g.mmdb = base.join(&g.mmdb);
     }
+    // Else a node would not find its PPO weights and run greedy instead (with one warning).
+    if let Some(w) = &mut t.scheduler.weights {
+        *w = base.join(&*w);
+    }
     t.tls = Some(TlsSettings {
         cert: dir.join("node.pem"),
         key: dir.join("node-key.pem"),
@@ -404,4 +408,33 @@ fn write_tls(dir: &Path, hosts: &[String]) -> anyhow::Result<String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))?;
     Ok(ca.pem())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_derived_topology_keeps_every_file_it_names_reachable() {
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let topology = Topology::load(&examples.join("berlin-small-edge.toml")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let t = derive_topology(&topology, dir.path()).unwrap();
+        let weights = t
+            .scheduler
+            .weights
+            .expect("the small edge names its weights");
+        assert!(
+            weights.is_absolute() && weights.is_file(),
+            "{}",
+            weights.display()
+        );
+        for node in &t.nodes {
+            for backend in &node.backends {
+                if let BackendConfig::Local(l) = backend {
+                    assert!(l.functions_dir.is_dir(), "{}", l.functions_dir.display());
+                }
+            }
+        }
+    }
 }

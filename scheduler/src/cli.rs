@@ -92,10 +92,11 @@ pub struct TrainArgs {
     /// `melbourne` (EUA, 125 sites), `berlin`, or a geofaas topology file.
     #[arg(long, default_value = "melbourne")]
     pub topology: String,
-    /// A measured-profile file (a node's `GET /node/profiles`): train on the topology
-    /// calibrated to it.
-    #[arg(long)]
-    pub profiles: Option<PathBuf>,
+    /// Measured-profile files (nodes' `GET /node/profiles`, comma-separated): train on the
+    /// topology calibrated to them (the first node's functions, links and load; each node's
+    /// cores).
+    #[arg(long, value_delimiter = ',')]
+    pub profiles: Vec<PathBuf>,
     /// PPO iterations.
     #[arg(long, default_value_t = 40)]
     pub iterations: usize,
@@ -186,26 +187,30 @@ pub struct SimulateArgs {
     /// Right end of the CDF plot's latency axis, ms.
     #[arg(long, default_value_t = 400.0)]
     pub plot_max_ms: f64,
-    /// A measured-profile file (a node's `GET /node/profiles`): calibrate the topology's
-    /// functions and links to it before simulating.
-    #[arg(long)]
-    pub profiles: Option<PathBuf>,
+    /// Measured-profile files (nodes' `GET /node/profiles`, comma-separated): calibrate the
+    /// topology to them before simulating (the first node's functions, links and the load it
+    /// saw arrive; each node's cores).
+    #[arg(long, value_delimiter = ',')]
+    pub profiles: Vec<PathBuf>,
     /// Workload shape.
     #[command(flatten)]
     pub workload: WorkloadArgs,
 }
 
 pub use crate::ppo::shipped_weights;
-/// `topology` by name or file, calibrated to the measured-profile file `profiles` if given.
+/// `topology` by name or file, calibrated to the measured-profile files `profiles` (none: as
+/// it is; see [`crate::measured::calibrate_fleet`]).
 pub fn calibrated_topology(
     topology: &str,
-    profiles: Option<&std::path::Path>,
+    profiles: &[PathBuf],
     link: &crate::model::LinkModel,
 ) -> anyhow::Result<Topology> {
     let mut topo = Topology::by_name(topology)?;
-    if let Some(p) = profiles {
-        crate::measured::MeasuredProfiles::load(p)?.calibrate_topology(&mut topo, link)?;
-    }
+    let files = profiles
+        .iter()
+        .map(|p| crate::measured::MeasuredProfiles::load(p))
+        .collect::<crate::Result<Vec<_>>>()?;
+    crate::measured::calibrate_fleet(&files, &mut topo, link)?;
     Ok(topo)
 }
 
@@ -247,7 +252,7 @@ fn make_policy(
 pub fn run_simulate(mut args: SimulateArgs) -> anyhow::Result<()> {
     let topo = calibrated_topology(
         &args.topology,
-        args.profiles.as_deref(),
+        &args.profiles,
         &crate::model::LinkModel::default(),
     )?;
     args.workload.resolve(&topo);
@@ -357,7 +362,7 @@ pub fn run_train(mut args: TrainArgs) -> anyhow::Result<()> {
     use crate::train::{train, IterMetrics, PpoConfig};
     let topo = calibrated_topology(
         &args.topology,
-        args.profiles.as_deref(),
+        &args.profiles,
         &crate::model::LinkModel::default(),
     )?;
     args.workload.resolve(&topo);

@@ -25,6 +25,9 @@ pub struct Topology {
     pub sources: Vec<GeoPoint>,
     /// Function profiles of a topology file (the generator draws its own when absent).
     pub functions: Option<Vec<(String, FunctionProfile)>>,
+    /// How often each of `functions` is called, relative (parallel to it): a measured mix
+    /// ([`crate::measured`]); `None`, Zipf popularity.
+    pub popularity: Option<Vec<f64>>,
     /// The workload `train` and `simulate` use on it unless told otherwise.
     pub defaults: WorkloadDefaults,
 }
@@ -136,6 +139,7 @@ impl Topology {
             ids,
             sources,
             functions: None,
+            popularity: None,
             defaults: WorkloadDefaults::MELBOURNE,
         })
     }
@@ -173,6 +177,7 @@ impl Topology {
             nodes,
             ids: vec!["tu-berlin".into(), "potsdam".into(), "cloud".into()],
             functions: None,
+            popularity: None,
             defaults: WorkloadDefaults::BERLIN,
         }
     }
@@ -217,6 +222,7 @@ impl Topology {
             nodes,
             ids: cfg.nodes.iter().map(|n| n.id.clone()).collect(),
             functions: (!functions.is_empty()).then_some(functions),
+            popularity: None,
             defaults: WorkloadDefaults::FILE,
         })
     }
@@ -239,7 +245,7 @@ impl Topology {
 }
 
 /// `per_node` points on a circle of `radius_km` around each node (plus the centre).
-fn ring_sources(nodes: &[NodeSpec], radius_km: f64, per_node: usize) -> Vec<GeoPoint> {
+pub(crate) fn ring_sources(nodes: &[NodeSpec], radius_km: f64, per_node: usize) -> Vec<GeoPoint> {
     let mut out = Vec::new();
     for n in nodes {
         out.push(n.location);

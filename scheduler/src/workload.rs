@@ -136,6 +136,24 @@ impl Zipf {
         Self { cdf, item_of_rank }
     }
 
+    /// Items drawn in proportion to `weights` (each finite and >= 0, not all zero); the
+    /// name stays, the draw is the same inverse-CDF walk.
+    pub fn weighted(weights: &[f64]) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = weights
+            .iter()
+            .map(|w| {
+                acc += w.max(0.0);
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        Self {
+            cdf,
+            item_of_rank: (0..weights.len()).collect(),
+        }
+    }
+
     /// Draws one item.
     pub fn sample(&self, rng: &mut impl Rng) -> usize {
         let u: f64 = rng.gen();
@@ -145,8 +163,11 @@ impl Zipf {
 }
 
 impl Workload {
-    /// The workload of `cfg` on `topo`: the topology file's functions if it has any, else a
+    /// The workload of `cfg` on `topo`: the topology file's functions if it has any (called in
+    /// the topology's measured mix when it has one, [`Topology::popularity`]), else a
     /// catalogue of `functions.0` functions drawn from seed `functions.1`.
+    ///
+    /// [`Topology::popularity`]: crate::topology::Topology::popularity
     pub fn for_topology(
         topo: &crate::topology::Topology,
         functions: (usize, u64),
@@ -156,7 +177,11 @@ impl Workload {
             Some(f) => {
                 // A topology file states each function's SLO: use it instead of the paper's range.
                 let fs: Vec<FunctionProfile> = f.iter().map(|(_, p)| p.clone()).collect();
-                let mut wl = Self::generate(fs, &topo.sources, cfg);
+                let popularity = topo
+                    .popularity
+                    .as_deref()
+                    .filter(|w| w.len() == fs.len() && w.iter().any(|x| *x > 0.0));
+                let mut wl = Self::generate_mix(fs, popularity, &topo.sources, cfg);
                 for r in &mut wl.requests {
                     r.slo_ms = wl.functions[r.function].slo_ms;
                 }
@@ -176,9 +201,23 @@ impl Workload {
         sources: &[GeoPoint],
         cfg: &WorkloadConfig,
     ) -> Self {
+        Self::generate_mix(functions, None, sources, cfg)
+    }
+
+    /// [`Workload::generate`] with the functions called in proportion to `popularity`
+    /// (parallel to `functions`) instead of Zipf-distributed.
+    pub fn generate_mix(
+        functions: Vec<FunctionProfile>,
+        popularity: Option<&[f64]>,
+        sources: &[GeoPoint],
+        cfg: &WorkloadConfig,
+    ) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         // Popularity ranks are part of the catalogue and the topology, not of the request seed.
-        let fz = Zipf::new(functions.len(), cfg.zipf_functions, 17);
+        let fz = match popularity {
+            Some(w) => Zipf::weighted(w),
+            None => Zipf::new(functions.len(), cfg.zipf_functions, 17),
+        };
         let sz = Zipf::new(sources.len(), cfg.zipf_sites, 23);
         let gap = Exp::new(cfg.rate_per_s / 1000.0).expect("positive rate");
         let mut t = 0.0;

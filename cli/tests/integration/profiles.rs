@@ -430,3 +430,100 @@ async fn ppo_keeps_an_idle_edges_calls_at_home() {
         }
     }
 }
+
+/// `GET /node/profiles` at `url` with `curl` over `http`, from a folder that is not the
+/// repository.
+fn curl_profiles(ca: &Path, http: &str, url: &str) -> MeasuredProfiles {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("curl")
+        .current_dir(dir.path())
+        .args(["-sS", "--fail", http, "--cacert"])
+        .arg(ca)
+        .arg(format!("{url}/node/profiles"))
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    MeasuredProfiles::parse(&String::from_utf8_lossy(&out.stdout), "/node/profiles").unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_measured_memory_replaces_its_configured_size_in_profiles_and_reports() {
+    // A real Python function that holds 50 MiB from its first call on, configured at 512 MB.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("hog");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("fn.py"),
+        r#"keep = []
+
+
+def fn(input, headers):
+    if not keep:
+        b = bytearray(50 * 1024 * 1024)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        keep.append(b)
+    return 'ok'
+"#,
+    )
+    .unwrap();
+    let backend = format!(
+        "\n[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
+        dir.path().display()
+    );
+    // No image to pull and a short run in the prior, so greedy serves the first calls here.
+    let profile =
+        "[[function]]\nname = \"hog\"\nmemory_mb = 512\ncpu_ms = 5\nimage_mb = 0\ninit_ms = 0\n";
+    let f = Fleet::start(
+        |ports| melbourne(ports, "greedy", &backend, profile),
+        |topology, id| build_backends(topology, id).unwrap(),
+    )
+    .await;
+    let ca = f.ca_file.path().to_owned();
+    f.call("cbd", "hog").await;
+    let first = curl_profiles(&ca, "--http2", &f.url("cbd"));
+    let hog = &first.functions["hog"];
+    assert!(
+        hog.memory_samples < geofaas_gateway::profiles::MEMORY_SAMPLES && hog.memory_mb == 512.0,
+        "one call: the configured size: {hog:?}"
+    );
+    // Samples are at most one per 500 ms: call until the figure rests on enough of them.
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    let measured = loop {
+        f.call("cbd", "hog").await;
+        let p = curl_profiles(&ca, "--http1.1", &f.url("cbd"));
+        let hog = p.functions["hog"].clone();
+        if hog.memory_samples >= geofaas_gateway::profiles::MEMORY_SAMPLES {
+            break hog;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "never measured: {hog:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mib50 = 50.0 * 1024.0 * 1024.0 / 1e6;
+    assert!(
+        (mib50..mib50 + 30.0).contains(&measured.memory_mb),
+        "50 MiB and an interpreter's share: {measured:?}"
+    );
+    // The other edge gets the figure in cbd's load reports.
+    let docklands = f.node("docklands").current();
+    let stale = geofaas_gateway::loads::stale_ms(&docklands.topology);
+    let reported = loop {
+        let seen = docklands.loads.with_fresh("cbd", now_ms(), stale, |r| {
+            r.load.profiles.get("hog").and_then(|p| p.memory_mb)
+        });
+        if let Some(Some(mb)) = seen {
+            break mb;
+        }
+        assert!(std::time::Instant::now() < give_up, "no report with memory");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!((mib50..mib50 + 30.0).contains(&reported), "{reported}");
+    f.stop().await;
+}

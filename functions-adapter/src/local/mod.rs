@@ -29,6 +29,7 @@ mod error;
 mod fork;
 mod fork_server;
 pub mod logs;
+mod memory;
 mod node_pool;
 mod pool;
 mod prewarm;
@@ -55,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::LocalError;
 pub use logs::{FunctionLogs, LogLine, LogStream};
+pub use memory::MemoryFigure;
 pub use prewarm::{PrewarmStats, WarmUp};
 pub use spec::{load as load_function, FunctionSpec, Runtime};
 
@@ -337,6 +339,7 @@ impl LocalRuntime {
             keep_alive: inner.keep_alive,
             source,
             prewarm: Arc::clone(&inner.prewarm),
+            memory: Arc::default(),
         };
         let pool = pool::build(manager, inner.max_instances).map_err(LocalError::Config)?;
         Ok(Arc::new(Loaded { pool }))
@@ -469,6 +472,13 @@ impl LocalRuntime {
             stats.max += status.max_size;
         }
         Some(stats)
+    }
+
+    /// The measured memory of an instance of `function`'s live version (see `memory.rs`):
+    /// `None` before a call left one of its workers idle, or when `function` is not served.
+    pub fn memory(&self, function: &str) -> Option<MemoryFigure> {
+        let functions = self.inner.functions.load();
+        functions.get(function)?.live.pool.manager().memory.figure()
     }
 
     /// PIDs of the started processes a new instance of `function` would be taken from: the
@@ -618,6 +628,7 @@ impl LocalRuntime {
         };
         if done.keep && !self.inner.stop.is_cancelled() {
             worker.idle_since = std::time::Instant::now();
+            manager.memory.after_call(worker.pid());
         } else {
             drop(Object::take(worker));
         }
@@ -634,6 +645,7 @@ impl LocalRuntime {
             cold,
             exec,
             version: manager.spec.version.clone(),
+            memory: manager.memory.figure(),
         })
     }
 }

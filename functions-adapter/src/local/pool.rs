@@ -58,6 +58,8 @@ pub(crate) struct WorkerManager {
     pub source: InstanceSource,
     /// Counts pre-warmed instances stopped before serving a call.
     pub prewarm: Arc<super::prewarm::PrewarmCounts>,
+    /// The measured memory of this version's instances.
+    pub memory: Arc<super::memory::MemoryBook>,
 }
 
 impl managed::Manager for WorkerManager {

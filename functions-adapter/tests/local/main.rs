@@ -7,6 +7,7 @@ mod examples;
 mod failures;
 mod latency;
 mod lifecycle;
+mod memory;
 mod node_pool;
 mod prewarm;
 mod runtimes;

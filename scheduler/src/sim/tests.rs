@@ -122,6 +122,7 @@ fn a_request_that_takes_the_last_cores_reports_the_warm_containers_it_blocks() {
         ids: vec!["n".into()],
         sources: vec![node.location],
         functions: None,
+        popularity: None,
         defaults: crate::topology::WorkloadDefaults::FILE,
     };
     let mut functions = function_catalogue(2, 7);
