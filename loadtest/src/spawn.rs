@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn the_derived_topology_keeps_every_file_it_names_reachable() {
         let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-        let topology = Topology::load(&examples.join("berlin-small-edge.toml")).unwrap();
+        let topology = Topology::load(examples.join("berlin-small-edge.toml")).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let t = derive_topology(&topology, dir.path()).unwrap();
         let weights = t
