@@ -13,9 +13,13 @@
 #             CLIENTS (4,16) static clients in Potsdam's area call sievehard
 #             (primes below 10 million) CALLS (10) times each, once a second;
 #   mobility  one client walks mobility-path-99.csv across tu-berlin's and Potsdam's areas,
-#             one sieve call per point, following handovers (examples/berlin.toml).
-# (The mixed workload of 20+ Zipf-popular functions with cold starts is not scripted yet: the
-# loadtest calls one function per run.)
+#             one sieve call per point, following handovers (examples/berlin.toml);
+#   mixed     `loadtest mixed` on examples/berlin.toml: MIXED_FUNCTIONS (24) generated sieves of
+#             four sizes, Zipf(MIXED_ZIPF, 1.0) popularity, MIXED_CLIENTS (4) static clients per
+#             edge area, MIXED_CALLS (400) Poisson calls at MIXED_RATE (10) per second, idle
+#             instances evicted after MIXED_KEEP_ALIVE_S (5) s so rare functions start cold, SLO
+#             MIXED_SLO_MS (1000); the seed is the round, so every policy of a round gets the
+#             same calls.
 #
 # Capacity: with PIN=1 (default) each node process runs on its own CPUs through
 # pinned-node.sh: CPUS_potsdam=0, CPUS_tu_berlin=1, CPUS_cloud=0-1 (override any). The load
@@ -23,8 +27,8 @@
 #
 # Usage: bench/scheduler/compare.sh     (about 2 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
-#        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility"  CLIENTS=4,16
-#        CALLS=10  PIN=1
+#        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed"  CLIENTS=4,16
+#        CALLS=10  PIN=1  MIXED_*  LOOPBACK
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -42,10 +46,13 @@ fi
 
 variant=""
 trap '[[ -n "$variant" ]] && rm -f "$variant"' EXIT
-# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold).
+# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold), its
+# nodes on LOOPBACK1N:8443 instead of 127.0.0.1N:8443 when LOOPBACK is set (e.g. 127.0.0.2, so
+# that a run does not meet another fleet on the same machine).
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
-  sed "s/^policy = .*/policy = \"$2\"/" "$1" > "$variant"
+  sed -e "s/^policy = .*/policy = \"$2\"/" \
+      -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"
 }
 
 mkdir -p "$OUT"
@@ -53,7 +60,7 @@ for r in $(seq 1 "$ROUNDS"); do
   n=${#policies[@]}
   order=()
   for i in $(seq 0 $((n - 1))); do order+=("${policies[$(((i + r - 1) % n))]}"); done
-  for w in ${WORKLOADS:-highload mobility}; do
+  for w in ${WORKLOADS:-highload mobility mixed}; do
     for policy in "${order[@]}"; do
       dir="$OUT/$w/$policy/$r"
       mkdir -p "$dir"
@@ -71,6 +78,14 @@ for r in $(seq 1 "$ROUNDS"); do
           "$BIN" loadtest mobility --spawn --topology "$variant" \
             --path "$DATA/mobility-path-99.csv" --function sieve --warm \
             --out "$dir" > "$dir/log.txt" 2>&1 ;;
+        mixed)
+          with_policy "$ROOT/examples/berlin.toml" "$policy"
+          "$BIN" loadtest mixed --spawn --topology "$variant" \
+            --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed "$r" \
+            --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-400}" \
+            --rate "${MIXED_RATE:-10}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
+            --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 \
+            --out "$dir" > "$dir/log.txt" 2>&1 ;;
         *) echo "unknown workload $w" >&2; exit 2 ;;
       esac
       rm -f "$variant"; variant=""
@@ -78,3 +93,4 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 python3 "$HERE/compare_table.py" "$OUT" "$ROOT/examples"
+python3 "$HERE/compare_plot.py" "$OUT" "$OUT/compare.svg"

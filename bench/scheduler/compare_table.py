@@ -3,7 +3,10 @@
 one fresh fleet): the mean and the P99 latency of the answered calls, each as the mean over runs
 with a 95 % percentile-bootstrap interval over runs (10 000 resamples, seeded); SLO violations
 (answered later than the function's slo_ms, or not answered) pooled over runs; and, paired by
-round, each policy's mean over greedy's mean with its bootstrap interval. Also writes
+round, each policy's mean over greedy's mean with its bootstrap interval; and the median of the
+nodes' prediction error (geofaas_prediction_error_ratio, actual over predicted, from the
+metrics-<node>.txt each run keeps), pooled over the runs' nodes, interpolated inside its
+histogram bucket, and the share of those calls whose ratio lies in (0.8, 1.25] (bucket bounds). The mixed workload's SLO is the run's own (summary.json, --slo-ms). Also writes
 OUT/compare.csv (one line per run). Usage: compare_table.py OUT_DIR EXAMPLES_DIR"""
 
 import csv
@@ -15,6 +18,7 @@ import sys
 WORKLOADS = {
     "highload": ("berlin-small-edge.toml", "sievehard"),
     "mobility": ("berlin.toml", "sieve"),
+    "mixed": ("berlin.toml", None),
 }
 ORDER = ["none", "greedy", "ppo"]
 
@@ -27,6 +31,56 @@ def slo_ms(topology, function):
             if m:
                 return float(m.group(1))
     return float("inf")
+
+
+def run_slo(run_dir):
+    """The SLO a mixed run was measured against (its summary.json), and its workload in words."""
+    import json
+    m = json.load(open(os.path.join(run_dir, "summary.json")))["mode_results"]
+    return float(m["slo_ms"]), f"{len(m['functions'])} functions, Zipf {m['zipf_exponent']}"
+
+
+def prediction_buckets(run_dir):
+    """Cumulative counts of geofaas_prediction_error_ratio per bucket bound, summed over the
+    run's nodes: {le: count}."""
+    buckets = {}
+    for name in os.listdir(run_dir):
+        if not (name.startswith("metrics-") and name.endswith(".txt")):
+            continue
+        for line in open(os.path.join(run_dir, name)):
+            if not line.startswith("geofaas_prediction_error_ratio_bucket{"):
+                continue
+            le = re.search(r'le="([^"]+)"', line).group(1)
+            le = float("inf") if le == "+Inf" else float(le)
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def histogram_median(buckets):
+    """The median of a cumulative histogram, linear inside its bucket (nan when empty); and
+    the count."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if total == 0:
+        return float("nan"), 0
+    half, lo, below = total / 2, 0.0, 0.0
+    for le in bounds:
+        c = buckets[le]
+        if c >= half:
+            if le == float("inf"):
+                return lo, int(total)
+            return lo + (le - lo) * (half - below) / max(c - below, 1e-9), int(total)
+        lo, below = le, c
+    return float("nan"), int(total)
+
+
+def share_within(buckets, lo=0.8, hi=1.25):
+    """The share of the histogram's calls with lo < actual / predicted <= hi (both bucket
+    bounds, so exact)."""
+    total = buckets.get(float("inf"), 0.0)
+    if not total or lo not in buckets or hi not in buckets:
+        return float("nan")
+    return (buckets[hi] - buckets[lo]) / total
 
 
 def p99(values):
@@ -66,20 +120,28 @@ def main():
         if w not in WORKLOADS:
             continue
         topo, function = WORKLOADS[w]
-        slo = slo_ms(os.path.join(examples, topo), function)
+        slo = slo_ms(os.path.join(examples, topo), function) if function else None
+        what = function
         runs = {}
+        errors = {}
         for policy in os.listdir(os.path.join(out, w)):
             for r in os.listdir(os.path.join(out, w, policy)):
-                path = os.path.join(out, w, policy, r, "requests.csv")
+                run_dir = os.path.join(out, w, policy, r)
+                path = os.path.join(run_dir, "requests.csv")
                 if os.path.exists(path):
+                    if function is None:
+                        slo, what = run_slo(run_dir)
                     s = run_stats(path, slo)
                     runs.setdefault(policy, {})[int(r)] = s
+                    pooled = errors.setdefault(policy, {})
+                    for le, c in prediction_buckets(run_dir).items():
+                        pooled[le] = pooled.get(le, 0.0) + c
                     lines.append([w, policy, r, s["calls"], s["ok"], f"{s['mean']:.1f}",
                                   f"{s['p99']:.1f}", s["late"],
                                   " ".join(f"{k}={v}" for k, v in sorted(s["where"].items()))])
-        print(f"### {w} ({function}, SLO {slo:.0f} ms)\n")
-        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | served by |")
-        print("|---|---:|---:|---|---|---:|---|---|")
+        print(f"### {w} ({what}, SLO {slo:.0f} ms)\n")
+        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | median actual / predicted (calls) | within 0.8-1.25 | served by |")
+        print("|---|---:|---:|---|---|---:|---|---|---|---|")
         greedy = runs.get("greedy", {})
         for policy in sorted(runs, key=lambda p: ORDER.index(p) if p in ORDER else 9):
             rs = runs[policy]
@@ -93,9 +155,12 @@ def main():
             for s in rs.values():
                 for k, v in s["where"].items():
                     where[k] = where.get(k, 0) + v
+            med, counted = histogram_median(errors.get(policy, {}))
+            within = share_within(errors.get(policy, {}))
+            med = f"{med:.2f} ({counted}) | {100 * within:.0f} %" if counted else "- | -"
             print(f"| {policy} | {len(rs)} | {calls} | {m[0]:.0f} ({m[1]:.0f}-{m[2]:.0f}) | "
                   f"{p[0]:.0f} ({p[1]:.0f}-{p[2]:.0f}) | {late} ({100 * late / max(calls, 1):.1f} %) | "
-                  f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | "
+                  f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | {med} | "
                   + ", ".join(f"{k} {v}" for k, v in sorted(where.items())) + " |")
         print()
     with open(os.path.join(out, "compare.csv"), "w", newline="") as f:

@@ -27,7 +27,7 @@ use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
 use geofaas_scheduler::model::{
-    cold_start_ms, comm_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
+    comm_ms, compute_ms, FunctionProfile, GeoPoint, LinkModel, NodeSpec,
 };
 use geofaas_scheduler::ppo::PpoPolicy;
 use geofaas_scheduler::{Candidate, Measured, Observation, Policy, RequestInfo};
@@ -35,6 +35,9 @@ use url::Url;
 
 use crate::loads::LoadBoard;
 use crate::profiles::{Facts, ProfileBook, PRIOR_CALLS};
+
+mod prior;
+pub use prior::{ColdKind, LOCAL_FIRST_CALL_MS};
 
 /// A placement and the latency it was chosen for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,6 +73,7 @@ pub struct Neighbor {
     /// Its gateway, where a placed call is forwarded.
     pub url: Url,
     spec: NodeSpec,
+    cold: ColdKind,
 }
 
 /// What a decision knows about this edge besides its pools.
@@ -89,6 +93,9 @@ pub struct EdgeScheduler {
     /// `ppo` or `greedy`: the policy actually running (greedy when PPO weights failed to load).
     reason: &'static str,
     here: NodeSpec,
+    /// How each node starts an instance ([`prior`]): here, the cloud.
+    here_cold: ColdKind,
+    cloud_cold: ColdKind,
     neighbors: Vec<Neighbor>,
     cloud_id: String,
     cloud: NodeSpec,
@@ -142,27 +149,32 @@ impl EdgeScheduler {
         let mut cloud = None;
         let mut neighbors = Vec::new();
         for (node, spec) in topology.nodes.iter().zip(&specs.nodes) {
+            let cold = ColdKind::of(node);
             match node.role {
-                _ if node.id == id => here = Some(*spec),
-                Role::Cloud => cloud = Some((node.id.clone(), *spec)),
+                _ if node.id == id => here = Some((*spec, cold)),
+                Role::Cloud => cloud = Some((node.id.clone(), *spec, cold)),
                 Role::Edge => neighbors.push(Neighbor {
                     id: node.id.clone(),
                     url: node.public_url.clone(),
                     spec: *spec,
+                    cold,
                 }),
             }
         }
-        let here = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
+        let (here, here_cold) = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
         let profiles: Vec<_> = topology
             .functions
             .iter()
             .map(|f| (f.name.clone(), FunctionProfile::from(f)))
             .collect();
-        let (cloud_id, cloud) = cloud.ok_or_else(|| anyhow::anyhow!("topology has no cloud"))?;
+        let (cloud_id, cloud, cloud_cold) =
+            cloud.ok_or_else(|| anyhow::anyhow!("topology has no cloud"))?;
         Ok(Some(Self {
             policy,
             reason,
             here,
+            here_cold,
+            cloud_cold,
             neighbors,
             cloud_id,
             cloud,
@@ -217,7 +229,7 @@ impl EdgeScheduler {
         let prior = prior.as_ref();
         let stats = backends.iter().find_map(|b| b.stats(function));
         let mut candidates = Vec::with_capacity(self.neighbors.len() + 2);
-        let here = self.facts(self.here, prior, mine, mine, 0.0);
+        let here = self.facts((self.here, self.here_cold), prior, mine, mine, 0.0);
         candidates.push(self.local(&profile, here, function, backends, stats, local));
         if local.may_forward {
             let now = now_ms();
@@ -225,8 +237,9 @@ impl EdgeScheduler {
                 let fresh = |id: &str| reports.fresh(id, now, self.stale_ms);
                 for n in &self.neighbors {
                     let report = fresh(&n.id).and_then(|r| {
-                        let m = self.remote(&n.id, n.spec, (prior, mine), r, function, &profile);
-                        self.reported(n.spec, &profile, m, function, r)
+                        let node = (n.spec, n.cold);
+                        let m = self.remote(&n.id, node, (prior, mine), r, function, &profile);
+                        self.reported(node, &profile, m, function, r)
                     });
                     candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
                 }
@@ -234,7 +247,7 @@ impl EdgeScheduler {
                 let m = match cloud {
                     Some(r) => self.remote(
                         &self.cloud_id,
-                        self.cloud,
+                        (self.cloud, self.cloud_cold),
                         (prior, mine),
                         r,
                         function,
@@ -242,12 +255,14 @@ impl EdgeScheduler {
                     ),
                     None => {
                         let link = self.link_to(&self.cloud_id, self.cloud, &profile);
-                        self.facts(self.cloud, prior, mine, None, link)
+                        self.facts((self.cloud, self.cloud_cold), prior, mine, None, link)
                     }
                 };
                 candidates.push(
                     cloud
-                        .and_then(|r| self.reported(self.cloud, &profile, m, function, r))
+                        .and_then(|r| {
+                            self.reported((self.cloud, self.cloud_cold), &profile, m, function, r)
+                        })
                         .unwrap_or_else(|| empty(self.cloud, m)),
                 );
             });
@@ -283,22 +298,20 @@ impl EdgeScheduler {
     /// The latency terms of a function at node `spec`, `link_ms` away: what `measured` there
     /// says once it covers [`PRIOR_CALLS`] calls (or any call, without a `prior`); else this
     /// edge's own figures (`mine`) scaled by the clocks once they cover [`PRIOR_CALLS`] calls;
-    /// else the `prior`'s model terms; else `mine` as far as they go.
+    /// else the `prior`'s model terms; else `mine` as far as they go. A cold start not measured
+    /// there is what the node's backend kind pays ([`ColdKind::cold_ms`]).
     fn facts(
         &self,
-        spec: NodeSpec,
+        (spec, kind): (NodeSpec, ColdKind),
         prior: Option<&FunctionProfile>,
         mine: Option<Facts>,
         measured: Option<Facts>,
         link_ms: f64,
     ) -> Measured {
         let enough = |f: &Facts| f.calls >= PRIOR_CALLS || (prior.is_none() && f.calls > 0);
-        let fallback_cold = || {
-            prior
-                .map(|p| cold_start_ms(p, spec.bandwidth_mbps))
-                .or_else(|| self.book.typical_cold_ms())
-                .unwrap_or_else(|| cold_start_ms(&self.default_profile, spec.bandwidth_mbps))
-        };
+        let prior_cold =
+            |p: &FunctionProfile| kind.cold_ms(p, &spec, mine, self.book.typical_cold_ms());
+        let fallback_cold = || prior_cold(prior.unwrap_or(&self.default_profile));
         if let Some(f) = measured.filter(enough) {
             return Measured {
                 cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
@@ -311,17 +324,14 @@ impl EdgeScheduler {
         // with a modelled one there would favour whichever the model flatters.
         if let Some(f) = mine.filter(|f| f.calls >= PRIOR_CALLS) {
             return Measured {
-                cold_ms: prior.map_or_else(
-                    || f.cold_ms.unwrap_or_else(fallback_cold),
-                    |p| cold_start_ms(p, spec.bandwidth_mbps),
-                ),
+                cold_ms: prior.map_or_else(|| f.cold_ms.unwrap_or_else(fallback_cold), prior_cold),
                 exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
                 link_ms,
             };
         }
         if let Some(p) = prior {
             return Measured {
-                cold_ms: cold_start_ms(p, spec.bandwidth_mbps),
+                cold_ms: prior_cold(p),
                 exec_ms: compute_ms(p, spec.ghz),
                 link_ms,
             };
@@ -343,14 +353,14 @@ impl EdgeScheduler {
     fn remote(
         &self,
         id: &str,
-        spec: NodeSpec,
+        (spec, kind): (NodeSpec, ColdKind),
         (prior, mine): (Option<&FunctionProfile>, Option<Facts>),
         r: &LoadReport,
         function: &str,
         p: &FunctionProfile,
     ) -> Measured {
         let theirs = r.load.profiles.get(function).map(Facts::from);
-        self.facts(spec, prior, mine, theirs, self.link_to(id, spec, p))
+        self.facts((spec, kind), prior, mine, theirs, self.link_to(id, spec, p))
     }
 
     /// The time to reach node `id` and come back, beyond its own handling: measured, else the
@@ -409,7 +419,7 @@ impl EdgeScheduler {
             evictable_memory_mb: 0.0,
             blocked_cold_ms: self.blocked_cold_ms(
                 free_cores - p.cores,
-                self.here,
+                (self.here, self.here_cold),
                 function,
                 idle_here,
             ),
@@ -425,7 +435,7 @@ impl EdgeScheduler {
     /// list the function (it does not serve it in a pool).
     fn reported(
         &self,
-        spec: NodeSpec,
+        (spec, kind): (NodeSpec, ColdKind),
         p: &FunctionProfile,
         m: Measured,
         function: &str,
@@ -443,7 +453,12 @@ impl EdgeScheduler {
             free_cores,
             free_memory_mb: (spec.memory_mb - (f.idle + f.busy) as f64 * p.memory_mb).max(0.0),
             evictable_memory_mb: 0.0,
-            blocked_cold_ms: self.blocked_cold_ms(free_cores - p.cores, spec, function, idle_there),
+            blocked_cold_ms: self.blocked_cold_ms(
+                free_cores - p.cores,
+                (spec, kind),
+                function,
+                idle_there,
+            ),
             idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
             busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
             wait_ms: m.exec_ms,
@@ -458,17 +473,18 @@ impl EdgeScheduler {
     fn blocked_cold_ms(
         &self,
         left: f64,
-        spec: NodeSpec,
+        (spec, kind): (NodeSpec, ColdKind),
         function: &str,
         idle: impl Fn(&str) -> usize,
     ) -> f64 {
         if left < -1e-9 || left + 1e-9 >= self.max_cores {
             return 0.0;
         }
+        let typical = self.book.typical_cold_ms();
         self.profiles
             .iter()
             .filter(|(g, p)| g != function && p.cores > left + 1e-9 && idle(g) > 0)
-            .map(|(_, p)| cold_start_ms(p, spec.bandwidth_mbps))
+            .map(|(g, p)| kind.cold_ms(p, &spec, self.book.facts(g), typical))
             .sum()
     }
 }
@@ -541,16 +557,16 @@ mod tests {
         let s = greedy_at_tu_berlin();
         let cold = |name: &str| {
             let (_, p) = s.profiles.iter().find(|(n, _)| n == name).unwrap();
-            cold_start_ms(p, s.here.bandwidth_mbps)
+            s.here_cold.cold_ms(p, &s.here, None, None)
         };
         // sieve and echo idle here, sievehard (the call's own function) too.
         let idle = |g: &str| usize::from(g != "nothing");
-        let blocked = |left| s.blocked_cold_ms(left, s.here, "sievehard", idle);
+        let blocked = |left| s.blocked_cold_ms(left, (s.here, s.here_cold), "sievehard", idle);
         assert_eq!(blocked(0.0), cold("sieve") + cold("echo"));
         assert!(blocked(0.0) > 0.0);
         // A core left over is what every function needs: nothing is blocked, nothing looked at.
         assert_eq!(
-            s.blocked_cold_ms(1.0, s.here, "sievehard", |_| unreachable!()),
+            s.blocked_cold_ms(1.0, (s.here, s.here_cold), "sievehard", |_| unreachable!()),
             0.0
         );
         // The call cannot run here at all.
@@ -558,7 +574,7 @@ mod tests {
         // Functions without an idle instance block nothing.
         let only_echo = |g: &str| usize::from(g == "echo");
         assert_eq!(
-            s.blocked_cold_ms(0.0, s.here, "sievehard", only_echo),
+            s.blocked_cold_ms(0.0, (s.here, s.here_cold), "sievehard", only_echo),
             cold("echo")
         );
     }

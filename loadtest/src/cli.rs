@@ -20,14 +20,16 @@ use crate::spawn::{DelaySpec, Spawned};
 /// Arguments of `geofaas loadtest`.
 #[derive(Debug, Args)]
 #[command(
-    about = "Reproduce the GeoFaaS paper's experiments (mobility, high load, outage) on any topology",
+    about = "Reproduce the GeoFaaS paper's experiments (mobility, high load, outage) and a mixed Zipf workload on any topology",
     long_about = "Reproduce the GeoFaaS paper's experiments on any topology with geo-aware clients \
 that behave like the paper's GeoFaaS client: each call carries X-Client-Location, follows a 307 \
 handover and caches the new node, and after a timeout or a connection failure is retried once at \
 the cloud with X-GeoFaaS-Retry: 1.\n\nEach mode writes requests.csv (one row per call), \
-summary.json and a PNG like the paper's figure into --out. With --spawn the nodes of the topology \
-are started as child processes (fresh CA, derived topology in a state folder); without it a \
-running deployment is called."
+summary.json and (but mixed) a PNG like the paper's figure into --out. With --spawn the nodes of \
+the topology are started as child processes (fresh CA, derived topology in a state folder), and \
+mobility, highload and mixed keep each node's /metrics at the end as metrics-<node>.txt; without \
+it a running deployment is called. `mixed` adds a workload of many generated functions with Zipf \
+popularity and cold starts."
 )]
 pub struct LoadtestArgs {
     /// The experiment.
@@ -50,6 +52,17 @@ pub enum Mode {
     /// is killed with SIGKILL (needs --spawn) and the rest must be answered by the cloud. Plot:
     /// 1-second moving average of latency, edge and cloud in two colours, the kill marked (Fig. 6).
     Outage(OutageArgs),
+    /// A mixed workload over many functions (needs --spawn): --functions generated Python
+    /// sieves of four sizes (primes below 10 000, 100 000, 1 000 000, 3 000 000, by rank in
+    /// turn) written to <out>/functions and served by every node's embedded runtime, whose idle
+    /// instances are evicted after --keep-alive-s, so rarely called functions start cold.
+    /// --clients-per-edge static clients stand in each edge's area; --calls calls arrive open
+    /// loop, Poisson at --rate, each from a uniform client to a function drawn by Zipf
+    /// popularity (exponent --zipf), all from --seed. --function and --body are not used.
+    /// Writes requests.csv (with each call's function and cold start) and summary.json (per
+    /// function: rank, probability, calls, cold starts, latency; SLO violations against
+    /// --slo-ms).
+    Mixed(MixedArgs),
 }
 
 /// What every mode takes.
@@ -178,6 +191,39 @@ pub struct HighloadArgs {
     pub interval_ms: u64,
 }
 
+/// Arguments of `geofaas loadtest mixed`.
+#[derive(Debug, Args)]
+pub struct MixedArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    /// Functions generated (mix00 the most popular).
+    #[arg(long, default_value_t = 24)]
+    pub functions: usize,
+    /// Zipf exponent of the functions' popularity: rank k is called with probability
+    /// proportional to k^-s (0: uniform).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf: f64,
+    /// Seed of the client locations, the arrivals and the functions drawn.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Calls to make.
+    #[arg(long, default_value_t = 600)]
+    pub calls: u64,
+    /// Mean arrival rate, calls per second (Poisson arrivals).
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Static clients in each edge's area.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_edge: usize,
+    /// Seconds an idle instance is kept before it is stopped (the nodes' `keep_alive_s`).
+    #[arg(long, default_value_t = 5)]
+    pub keep_alive_s: u64,
+    /// Latency objective of every call, ms, for the SLO violations in summary.json.
+    #[arg(long, default_value_t = 1000.0)]
+    pub slo_ms: f64,
+}
+
 /// Arguments of `geofaas loadtest outage`.
 #[derive(Debug, Args)]
 pub struct OutageArgs {
@@ -207,16 +253,19 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<()> {
         Mode::Mobility(a) if a.compare_prewarm => crate::prewarm::run(&a).await,
         Mode::Mobility(a) => {
             let ctx = Ctx::setup(&a.common, 1000).await?;
-            crate::mobility::run(&ctx, &a).await
+            crate::mobility::run(&ctx, &a).await?;
+            crate::scrape::save_metrics(&ctx).await
         }
         Mode::Highload(a) => {
             let ctx = Ctx::setup(&a.common, 30_000).await?;
-            crate::highload::run(&ctx, &a).await
+            crate::highload::run(&ctx, &a).await?;
+            crate::scrape::save_metrics(&ctx).await
         }
         Mode::Outage(a) => {
             let ctx = Ctx::setup(&a.common, 1000).await?;
             crate::outage::run(&ctx, &a).await
         }
+        Mode::Mixed(a) => crate::mixed::run(&a).await,
     }
 }
 

@@ -35,7 +35,8 @@
 //! ```
 //!
 //! The load generator behind `geofaas loadtest` ([`cli`]) reproduces the paper's three
-//! experiments on any topology: [`mobility`], [`highload`] and [`outage`], each writing
+//! experiments on any topology: [`mobility`], [`highload`] and [`outage`], and a mixed workload
+//! of many Zipf-popular functions with cold starts, [`mixed`] (popularity from [`zipf`]), each writing
 //! `requests.csv` ([`record`]), `summary.json` and a PNG like the paper's figure ([`plot`]).
 //! [`spawn`] starts the nodes as child processes so an outage can kill one for real.
 
@@ -46,6 +47,7 @@ pub mod client;
 pub mod delay;
 pub mod headers;
 pub mod highload;
+pub mod mixed;
 pub mod mobility;
 pub mod netem;
 pub mod outage;
@@ -56,6 +58,8 @@ pub mod prewarm;
 pub mod record;
 pub mod route;
 pub mod runner;
+pub mod scrape;
 pub mod spawn;
+pub mod zipf;
 
 pub use client::{CallReport, CallRequest, ClientConfig, GeoClient, HttpVersion, LocationHeader};

@@ -14,7 +14,7 @@ use crate::client::CallReport;
 
 /// Columns of `requests.csv`, in order.
 pub const CSV_HEADER: &str =
-    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,http,error";
+    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,http,error,function,cold_start";
 
 /// One call as `requests.csv` records it.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +47,11 @@ pub struct Row {
     pub http: String,
     /// Why the call failed (empty when it got an answer).
     pub error: String,
+    /// The function called.
+    pub function: String,
+    /// `X-Cold-Start` of the answer: whether the node started an instance for it (`None`: the
+    /// answer did not say, or there was none).
+    pub cold_start: Option<bool>,
 }
 
 impl Row {
@@ -74,6 +79,8 @@ impl Row {
             sent_ms,
             http: report.version.map(|v| format!("{v:?}")).unwrap_or_default(),
             error: report.error.clone().unwrap_or_default(),
+            function: String::new(),
+            cold_start: report.cold_start,
         }
     }
 
@@ -96,7 +103,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{},{},{},{}",
             clean(&r.client),
             r.seq,
             r.lat,
@@ -110,7 +117,10 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
             r.round,
             r.sent_ms,
             clean(&r.http),
-            clean(&r.error)
+            clean(&r.error),
+            clean(&r.function),
+            r.cold_start
+                .map_or("", |c| if c { "true" } else { "false" }),
         );
     }
     std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
@@ -133,8 +143,8 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
 }
 
 fn parse_row(line: &str) -> anyhow::Result<Row> {
-    let f: Vec<&str> = line.splitn(14, ',').collect();
-    anyhow::ensure!(f.len() == 14, "expected 14 fields, found {}", f.len());
+    let f: Vec<&str> = line.splitn(16, ',').collect();
+    anyhow::ensure!(f.len() == 16, "expected 16 fields, found {}", f.len());
     Ok(Row {
         client: f[0].to_owned(),
         seq: f[1].parse()?,
@@ -150,6 +160,13 @@ fn parse_row(line: &str) -> anyhow::Result<Row> {
         sent_ms: f[11].parse()?,
         http: f[12].to_owned(),
         error: f[13].to_owned(),
+        function: f[14].to_owned(),
+        cold_start: match f[15] {
+            "true" => Some(true),
+            "false" => Some(false),
+            "" => None,
+            other => anyhow::bail!("cold_start must be true, false or empty, not {other:?}"),
+        },
     })
 }
 
@@ -206,7 +223,7 @@ impl LatencyStats {
 /// `summary.json`: what every mode reports, plus the mode's own figures in `mode_results`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
-    /// `mobility`, `highload` or `outage`.
+    /// `mobility`, `highload`, `outage` or `mixed`.
     pub mode: String,
     /// Topology file the run used.
     pub topology: String,
@@ -313,6 +330,8 @@ mod tests {
             sent_ms: 12.5,
             http: "HTTP/2.0".into(),
             error: "a, b\nc".into(),
+            function: "sieve".into(),
+            cold_start: Some(true),
         }
     }
 
@@ -327,6 +346,8 @@ mod tests {
         assert_eq!(back[0].error, "a  b c");
         assert_eq!(back[1].latency_ms, 2.25);
         assert_eq!(back[1].served_by, "tu-berlin");
+        assert_eq!(back[1].function, "sieve");
+        assert_eq!(back[1].cold_start, Some(true));
     }
 
     #[test]

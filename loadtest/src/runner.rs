@@ -45,7 +45,8 @@ pub struct CallTemplate {
 }
 
 impl CallTemplate {
-    fn request(&self, p: &Planned) -> CallRequest {
+    /// The request of planned call `p`.
+    pub fn request(&self, p: &Planned) -> CallRequest {
         CallRequest {
             function: self.function.clone(),
             location: Some(p.location),
@@ -94,8 +95,9 @@ pub async fn run_closed(
     let mut rows = Vec::with_capacity(plan.len());
     for p in plan {
         let sent = Instant::now();
-        let report = client.call_from(&template.request(p), sent).await;
-        let row = Row::new(
+        let req = template.request(p);
+        let report = client.call_from(&req, sent).await;
+        let mut row = Row::new(
             &p.name,
             p.round,
             p.seq,
@@ -103,6 +105,7 @@ pub async fn run_closed(
             ms(sent - t0),
             &report,
         );
+        row.function = req.function;
         if let Some(t) = trigger {
             t.observe(&row);
         }
@@ -120,17 +123,30 @@ pub async fn run_open(
     progress: &ProgressBar,
     trigger: Option<Arc<Trigger>>,
 ) -> Vec<Row> {
+    let requests: Vec<CallRequest> = plan.iter().map(|p| template.request(p)).collect();
+    run_open_requests(clients, plan, &requests, progress, trigger).await
+}
+
+/// [`run_open`] with each planned call's own request (`requests[i]` for `plan[i]`), for runs
+/// that call several functions.
+pub async fn run_open_requests(
+    clients: &[Arc<GeoClient>],
+    plan: &[Planned],
+    requests: &[CallRequest],
+    progress: &ProgressBar,
+    trigger: Option<Arc<Trigger>>,
+) -> Vec<Row> {
+    assert_eq!(plan.len(), requests.len(), "one request per planned call");
     let t0 = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(plan.len());
-    for p in plan {
+    for (p, req) in plan.iter().zip(requests) {
         let at = t0 + p.offset;
         tokio::time::sleep_until(at).await;
-        let (client, p) = (clients[p.client].clone(), p.clone());
-        let req = template.request(&p);
+        let (client, p, req) = (clients[p.client].clone(), p.clone(), req.clone());
         let (progress, trigger) = (progress.clone(), trigger.clone());
         tasks.push(tokio::spawn(async move {
             let report = client.call_from(&req, at.into_std()).await;
-            let row = Row::new(
+            let mut row = Row::new(
                 &p.name,
                 p.round,
                 p.seq,
@@ -138,6 +154,7 @@ pub async fn run_open(
                 ms(p.offset),
                 &report,
             );
+            row.function = req.function;
             if let Some(t) = trigger {
                 t.observe(&row);
             }

@@ -376,3 +376,96 @@ async fn client_library_carries_the_body_across_a_handover_over_http1() {
 async fn client_library_carries_the_body_across_a_handover_over_http2() {
     body_follows_the_handover(HttpVersion::Http2).await;
 }
+
+#[test]
+fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold() {
+    let topology = melbourne(free_ports(), "");
+    let (_dir, out) = loadtest(
+        &topology,
+        &[],
+        &[
+            "mixed",
+            "--functions",
+            "20",
+            "--calls",
+            "100",
+            "--rate",
+            "10",
+            "--clients-per-edge",
+            "2",
+            "--keep-alive-s",
+            "1",
+            "--seed",
+            "3",
+            "--timeout-ms",
+            "20000",
+        ],
+    );
+    let rows = read_csv(&out.join("requests.csv")).unwrap();
+    assert_eq!(rows.len(), 100);
+    // Clients stand in the edges' areas: each call served at its home edge (no policy).
+    assert_served_where_the_areas_say(&topology, &rows);
+    for edge in ["north", "south"] {
+        assert!(rows.iter().any(|r| r.served_by == edge), "{edge}");
+    }
+    let s = summary(&out);
+    assert_eq!(s["mode"], "mixed");
+    let functions = s["mode_results"]["functions"].as_array().unwrap();
+    assert_eq!(functions.len(), 20);
+    let total: f64 = functions
+        .iter()
+        .map(|f| f["probability"].as_f64().unwrap())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    let calls = |name: &str| rows.iter().filter(|r| r.function == name).count();
+    for f in functions {
+        let name = f["name"].as_str().unwrap();
+        assert_eq!(f["calls"].as_u64().unwrap() as usize, calls(name), "{name}");
+    }
+    assert!(
+        calls("mix00") > calls("mix19"),
+        "Zipf: rank 1 is called most"
+    );
+    // Each generated function answers with its own sieve.
+    let mix02 = rows
+        .iter()
+        .find(|r| r.function == "mix02")
+        .expect("mix02 called");
+    assert!(mix02.ok(), "{mix02:?}");
+    // A function's first call at a node starts an instance; so does a call after the function
+    // sat idle there well beyond --keep-alive-s (1 s; the reaper looks every 250 ms): its
+    // instances were evicted.
+    let mut evicted = 0;
+    let mut by_node: std::collections::BTreeMap<(&str, &str), Vec<&Row>> = Default::default();
+    for r in &rows {
+        by_node
+            .entry((&r.function, &r.served_by))
+            .or_default()
+            .push(r);
+    }
+    for ((function, node), calls) in &by_node {
+        assert_eq!(
+            calls[0].cold_start,
+            Some(true),
+            "{function} at {node}: {:?}",
+            calls[0]
+        );
+        for w in calls.windows(2) {
+            let idle_ms = w[1].sent_ms - (w[0].sent_ms + w[0].latency_ms);
+            if idle_ms > 2500.0 {
+                assert_eq!(
+                    w[1].cold_start,
+                    Some(true),
+                    "{function} at {node} after {idle_ms} ms idle"
+                );
+                evicted += 1;
+            }
+        }
+    }
+    assert!(
+        evicted > 0,
+        "the seeded plan leaves some function idle for 2.5 s: {by_node:?}"
+    );
+    let cold = rows.iter().filter(|r| r.cold_start == Some(true)).count();
+    assert_eq!(s["mode_results"]["cold_starts"], cold);
+}
