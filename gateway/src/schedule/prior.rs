@@ -12,7 +12,7 @@
 use geofaas_config::{BackendConfig, NodeConfig};
 use geofaas_scheduler::model::{cold_start_ms, FunctionProfile, NodeSpec};
 
-use crate::profiles::Facts;
+use crate::profiles::{Facts, PRIOR_CALLS};
 
 /// The embedded runtime's first call of a function nobody called yet, in ms: the P50 measured
 /// for Python by `bench/deploy/coldstart.sh` (`docs/deploy.md`: python3 4.45 ms, Node.js
@@ -51,10 +51,14 @@ impl ColdKind {
         typical_ms: Option<f64>,
     ) -> f64 {
         match self {
+            // What this node measured of the function once it covers enough calls; before,
+            // a fork (what this node's instances took to start, else the benchmark's figure)
+            // plus the function's own configured initialisation, which the embedded runtime
+            // pays too (its first call imports the function).
             Self::Fork => mine
+                .filter(|f| f.calls >= PRIOR_CALLS)
                 .and_then(|f| f.cold_ms)
-                .or(typical_ms)
-                .unwrap_or(LOCAL_FIRST_CALL_MS),
+                .unwrap_or_else(|| typical_ms.unwrap_or(LOCAL_FIRST_CALL_MS) + p.init_ms),
             Self::Container => cold_start_ms(p, spec.bandwidth_mbps),
         }
     }
@@ -98,34 +102,43 @@ mod tests {
         );
         assert_eq!(
             ColdKind::Fork.cold_ms(&p, &spec(1000.0), None, None),
-            LOCAL_FIRST_CALL_MS
+            LOCAL_FIRST_CALL_MS + p.init_ms
         );
-        // The bandwidth, the image and the init do not enter a fork.
+        // The bandwidth and the image do not enter a fork; the function's own init does.
         assert_eq!(
             ColdKind::Fork.cold_ms(&p, &spec(10.0), None, None),
-            LOCAL_FIRST_CALL_MS
+            LOCAL_FIRST_CALL_MS + p.init_ms
         );
     }
 
     #[test]
     fn a_fork_takes_what_this_node_measured_first() {
         let p = profile();
-        let mine = |cold_ms| {
+        let mine = |calls, cold_ms| {
             Some(Facts {
-                calls: 1,
+                calls,
                 warm_ms: 3.0,
                 cold_ms,
             })
         };
         let s = spec(1000.0);
+        let enough = PRIOR_CALLS;
         assert_eq!(
-            ColdKind::Fork.cold_ms(&p, &s, mine(Some(7.5)), Some(2.0)),
+            ColdKind::Fork.cold_ms(&p, &s, mine(enough, Some(7.5)), Some(2.0)),
             7.5
         );
-        assert_eq!(ColdKind::Fork.cold_ms(&p, &s, mine(None), Some(2.0)), 2.0);
+        // Fewer calls than the prior needs: a fork plus the configured initialisation.
+        assert_eq!(
+            ColdKind::Fork.cold_ms(&p, &s, mine(enough - 1, Some(7.5)), Some(2.0)),
+            2.0 + p.init_ms
+        );
+        assert_eq!(
+            ColdKind::Fork.cold_ms(&p, &s, mine(enough, None), Some(2.0)),
+            2.0 + p.init_ms
+        );
         // A container platform's figure is the model's whatever this node measured.
         assert_eq!(
-            ColdKind::Container.cold_ms(&p, &s, mine(Some(7.5)), Some(2.0)),
+            ColdKind::Container.cold_ms(&p, &s, mine(enough, Some(7.5)), Some(2.0)),
             16_030.0
         );
     }
