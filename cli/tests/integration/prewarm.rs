@@ -408,11 +408,13 @@ async fn the_loadtest_client_preconnects_so_its_handover_call_finds_a_connection
                 assert!(Instant::now() < deadline, "the preconnect never finished");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            assert_eq!(client.connections_opened(), 2, "west, then east ahead");
+            // West (again, if a loaded machine made the client reconnect), then east ahead.
+            assert!(client.connections_opened() >= 2, "west, then east ahead");
         } else {
             assert_eq!(client.preconnects_started(), 0);
-            assert_eq!(client.connections_opened(), 1, "west only");
+            assert!(client.connections_opened() >= 1, "west");
         }
+        let opened = client.connections_opened();
         let handover = client.call(&echo_at(ACROSS)).await;
         assert_eq!(
             (handover.served_by.as_deref(), handover.redirects),
@@ -431,7 +433,7 @@ async fn the_loadtest_client_preconnects_so_its_handover_call_finds_a_connection
                 "had to be opened"
             }
         );
-        assert_eq!(client.connections_opened(), 2, "h2={h2}");
+        assert_eq!(client.connections_opened(), opened + want, "h2={h2}");
         assert!(handover.redirect_time > Duration::ZERO);
         assert!(handover.redirect_time < handover.latency);
     }
