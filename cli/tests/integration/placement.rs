@@ -98,7 +98,7 @@ async fn until_busy(c: &Cluster, id: &str, function: &str, busy: usize) {
 
 /// Starts a `nap` (or `doze`) of `seconds` at `id` in the background, from a client in Berlin
 /// (or, at `cbd`, in Melbourne's CBD).
-fn nap_in_background(
+pub(crate) fn nap_in_background(
     c: &Cluster,
     id: &str,
     function: &str,

@@ -79,20 +79,7 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     // One nap fills tu-berlin's core; the next would wait a second behind it there, while the
     // cloud (25 ms away) or idle Potsdam (when its load report is fresh) runs it at once:
     // greedy sends it there.
-    let busy = tokio::spawn({
-        let client = c.client.clone();
-        let url = format!("{}/fn/nap", c.url("tu-berlin"));
-        async move {
-            let r = client
-                .post(url)
-                .header("X-Client-Location", BERLIN)
-                .body("1.0")
-                .send()
-                .await
-                .unwrap();
-            (header(&r, "x-served-by"), r.status().as_u16())
-        }
-    });
+    let busy = crate::placement::nap_in_background(&c, "tu-berlin", "nap", "1.0");
     until_running(&c).await;
     let placed = nap(&c, "0").await;
     assert_eq!(placed.status(), 200);
@@ -108,7 +95,11 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
     assert_eq!(header(&placed, "x-placement-reason"), "greedy");
     let timing = header(&placed, "server-timing");
     assert!(timing.contains("predicted;dur="), "{timing}");
-    assert_eq!(busy.await.unwrap(), ("tu-berlin".to_owned(), 200));
+    let busy = busy.await.unwrap();
+    assert_eq!(
+        (header(&busy, "x-served-by"), busy.status().as_u16()),
+        ("tu-berlin".to_owned(), 200)
+    );
 
     // With the core free again the rest stays here.
     for _ in 0..2 {
@@ -127,20 +118,7 @@ async fn greedy_offloads_a_call_the_cloud_serves_better_and_keeps_the_rest() {
 async fn without_a_policy_the_same_call_stays_at_the_edge() {
     let c = start("none").await;
     assert_eq!(header(&nap(&c, "0").await, "x-served-by"), "tu-berlin");
-    let busy = tokio::spawn({
-        let client = c.client.clone();
-        let url = format!("{}/fn/nap", c.url("tu-berlin"));
-        async move {
-            let r = client
-                .post(url)
-                .header("X-Client-Location", BERLIN)
-                .body("1.0")
-                .send()
-                .await
-                .unwrap();
-            header(&r, "x-served-by")
-        }
-    });
+    let busy = crate::placement::nap_in_background(&c, "tu-berlin", "nap", "1.0");
     until_running(&c).await;
     let resp = nap(&c, "0").await;
     assert_eq!(resp.status(), 200);
@@ -148,7 +126,7 @@ async fn without_a_policy_the_same_call_stays_at_the_edge() {
     assert!(!resp.headers().contains_key("x-offloaded-from"));
     let timing = header(&resp, "server-timing");
     assert!(!timing.contains("sched;"), "{timing}");
-    assert_eq!(busy.await.unwrap(), "tu-berlin");
+    assert_eq!(header(&busy.await.unwrap(), "x-served-by"), "tu-berlin");
     c.stop().await;
 }
 
