@@ -65,8 +65,10 @@ impl Default for Activations {
 
 /// Whether the client asked for an asynchronous answer (`Prefer: respond-async`, RFC 7240).
 pub fn wants_async(headers: &HeaderMap) -> bool {
+    // A `HeaderName` constant: a `&str` name is parsed on every call.
+    const PREFER: axum::http::HeaderName = axum::http::HeaderName::from_static("prefer");
     headers
-        .get_all("prefer")
+        .get_all(PREFER)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
