@@ -8,15 +8,23 @@
 //! Every call reads the list, so a read of a list younger than `refresh` is one atomic load and
 //! a clock read; moka (its hashing, clock and bookkeeping) is asked only when that list is
 //! missing, expired or invalidated.
+//!
+//! A failed fetch is not tried again for [`RETRY_AFTER_FAILURE`] (or `refresh`, if shorter):
+//! until then reads get the last list, or a copy of the failure when there is none. Without
+//! this pause every call to a node whose backend or cloud is down started a fetch of its own
+//! (in the gateway benchmark, whose cloud never runs, a sixth of a call's instructions).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use moka::future::Cache;
 
 use crate::InvokeError;
+
+/// How long after a failed fetch the next one is tried (at most `refresh`).
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
 
 /// A backend's function list, cached.
 #[derive(Debug)]
@@ -26,6 +34,8 @@ pub struct Catalog {
     /// The last list fetched, and when (`None` once invalidated): served while younger than
     /// `refresh`, and after a failed refresh whatever its age.
     last: ArcSwapOption<Fetched>,
+    /// The last failed fetch, and when; cleared by a fetch that succeeds or an invalidation.
+    failed: Mutex<Option<(Instant, InvokeError)>>,
 }
 
 #[derive(Debug)]
@@ -45,6 +55,7 @@ impl Catalog {
                 .build(),
             refresh,
             last: ArcSwapOption::empty(),
+            failed: Mutex::new(None),
         }
     }
 
@@ -59,10 +70,23 @@ impl Catalog {
                 return Ok(last.list.clone());
             }
         }
+        if let Some(err) = self.recent_failure() {
+            return match self.last.load_full() {
+                Some(stale) => Ok(stale.list.clone()),
+                None => Err(err),
+            };
+        }
         let fetched = self
             .cache
             .try_get_with((), async {
-                let list = Arc::new(load().await?);
+                let list = match load().await {
+                    Ok(list) => Arc::new(list),
+                    Err(err) => {
+                        *self.failures() = Some((Instant::now(), copy_error(&err)));
+                        return Err(err);
+                    }
+                };
+                *self.failures() = None;
                 self.last.store(Some(Arc::new(Fetched {
                     list: list.clone(),
                     at: Some(Instant::now()),
@@ -91,8 +115,32 @@ impl Catalog {
         Some((last.list.clone(), fresh))
     }
 
+    /// Whether a fetch failed within the retry interval ([`RETRY_AFTER_FAILURE`]): a read until
+    /// then fetches nothing. A check of a lock and the clock, for callers that would start a
+    /// fetch of their own.
+    pub fn paused(&self) -> bool {
+        self.failures()
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < RETRY_AFTER_FAILURE.min(self.refresh))
+    }
+
+    /// A copy of the last failure when it is younger than the retry interval.
+    fn recent_failure(&self) -> Option<InvokeError> {
+        let pause = RETRY_AFTER_FAILURE.min(self.refresh);
+        let failed = self.failures();
+        let (at, err) = failed.as_ref()?;
+        (at.elapsed() < pause).then(|| copy_error(err))
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, Option<(Instant, InvokeError)>> {
+        self.failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Forgets the cached list (the next read fetches it; it is still served if that fails).
     pub async fn invalidate(&self) {
+        *self.failures() = None;
         if let Some(last) = self.last.load_full() {
             self.last.store(Some(Arc::new(Fetched {
                 list: last.list.clone(),
@@ -161,6 +209,47 @@ mod tests {
         assert_eq!(*catalog.get(load).await.unwrap(), ["v1"]);
         assert_eq!(*catalog.get(load).await.unwrap(), ["v1"]);
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_is_not_tried_again_until_the_retry_interval_has_passed() {
+        let catalog = Catalog::new(Duration::from_secs(30));
+        let fetches = AtomicUsize::new(0);
+        let failing = || async {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Err(InvokeError::Network("connection refused".into()))
+        };
+        for _ in 0..5 {
+            assert!(matches!(
+                catalog.get(failing).await,
+                Err(InvokeError::Network(_))
+            ));
+        }
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            1,
+            "one fetch for five reads"
+        );
+        assert!(catalog.paused(), "no fetch during the pause");
+
+        tokio::time::sleep(RETRY_AFTER_FAILURE + Duration::from_millis(20)).await;
+        assert!(!catalog.paused());
+        let load = || async {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Ok(vec!["sieve".to_owned()])
+        };
+        assert_eq!(*catalog.get(load).await.unwrap(), ["sieve"]);
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        assert!(!catalog.paused(), "a fetch that succeeds ends the pause");
+
+        // A failed refresh keeps the last list through the pause; an invalidation ends it.
+        catalog.invalidate().await;
+        assert_eq!(*catalog.get(failing).await.unwrap(), ["sieve"]);
+        assert_eq!(*catalog.get(failing).await.unwrap(), ["sieve"]);
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+        assert!(catalog.paused());
+        catalog.invalidate().await;
+        assert!(!catalog.paused());
     }
 
     #[tokio::test]

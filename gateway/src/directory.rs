@@ -124,9 +124,10 @@ impl Directory {
             return Knows::Unknown;
         };
         let last = cloud.1.peek();
-        if !last.as_ref().is_some_and(|(_, fresh)| *fresh)
-            && !self.refreshing.swap(true, Ordering::AcqRel)
-        {
+        let stale = !last.as_ref().is_some_and(|(_, fresh)| *fresh);
+        // After a failed fetch the catalog waits before the next (a cloud that is down is
+        // not asked on every call).
+        if stale && !cloud.1.paused() && !self.refreshing.swap(true, Ordering::AcqRel) {
             let (cloud, refreshing) = (cloud.clone(), self.refreshing.clone());
             tokio::spawn(async move {
                 let (link, catalog) = &*cloud;

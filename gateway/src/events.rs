@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::{Stream, StreamExt as _};
@@ -37,10 +37,10 @@ use tokio::sync::mpsc;
 
 use crate::error::ApiError;
 use crate::geo::ClientLocation;
-use crate::node::{Live, NodeState};
-use geofaas_config::headers::{
+use crate::headers::name::{
     COLD_START, FUNCTION_VERSION, OFFLOADED_FROM, PLACEMENT, PLACEMENT_REASON, SERVED_BY,
 };
+use crate::node::{Live, NodeState};
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
 pub const QUEUE: usize = 512;
@@ -300,7 +300,7 @@ impl CallEvent {
         resp: &Response<Body>,
     ) -> Self {
         let h = resp.headers();
-        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let text = |name: HeaderName| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let status = resp.status().as_u16();
         let node = text(SERVED_BY).filter(|_| seen.handover.is_none() && status != 307);
         let offload = text(OFFLOADED_FROM)

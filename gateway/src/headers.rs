@@ -56,6 +56,8 @@ pub mod name {
     pub const FUNCTION_VERSION: HeaderName = HeaderName::from_static(h::FUNCTION_VERSION);
     /// See [`h::CLIENT_ID`].
     pub const CLIENT_ID: HeaderName = HeaderName::from_static(h::CLIENT_ID);
+    /// See [`h::OFFLOADED_FROM`].
+    pub const OFFLOADED_FROM: HeaderName = HeaderName::from_static(h::OFFLOADED_FROM);
 }
 
 /// Limits on a request's header section, in bytes.

@@ -202,13 +202,8 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     let mut predicted = None;
     let mut outcome = decide_and_run(state, call, &mut predicted).await;
     outcome.mark();
-    crate::profiles::settle(
-        state,
-        &function,
-        &mut outcome,
-        predicted,
-        received.elapsed(),
-    );
+    let elapsed = received.elapsed();
+    crate::profiles::settle(state, &function, &mut outcome, predicted, received, elapsed);
     if let Some((ran, why)) = outcome.placement() {
         state.telemetry.metrics.placement(ran.label(), why);
     }
@@ -219,7 +214,7 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
         if known { &function } else { "_unknown" },
         outcome.label(),
         outcome.ran(),
-        received.elapsed(),
+        elapsed,
     );
     outcome
 }

@@ -26,11 +26,12 @@
 //! policy placed the call, puts `predicted;dur=<ms>` on its `Server-Timing` and the error
 //! (actual over predicted) into `/metrics`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-/// The maps below are looked up on every call: a fast hash (their keys are function and node
-/// names from the topology or the deploy API, not chosen by callers).
-type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
+/// The maps below are looked up on every call: a fast hash (foldhash, hashbrown's default:
+/// their keys are function and node names from the topology or the deploy API, not chosen by
+/// callers), found or added with one lookup ([`entry`]).
+type Map<V> = hashbrown::HashMap<String, V>;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -193,24 +194,38 @@ impl ProfileBook {
     /// A call of `function` that backend `kind` answered with `out`.
     pub fn backend_call(&self, function: &str, kind: &'static str, out: &InvokeOutput) {
         let mut map = write(&self.functions);
-        let b = entry(&mut map, function).backends.entry(kind).or_default();
+        let f = entry(&mut map, function);
+        if out.memory.is_some() {
+            f.memory = out.memory;
+        }
+        let b = f.backends.entry(kind).or_default();
         b.calls += 1;
         b.exec.add(ms(out.exec));
-        let memory = out.memory;
         if out.cold_start {
             b.cold_starts += 1;
             b.cold.add(ms(out.cold));
-        }
-        if memory.is_some() {
-            entry(&mut map, function).memory = memory;
         }
     }
 
     /// A call of `function` arrived at `at` (whatever became of it).
     pub fn arrived(&self, function: &str, at: Instant) {
-        entry(&mut write(&self.functions), function)
-            .arrivals
-            .add(at);
+        self.settled(function, Some(at), None);
+    }
+
+    /// What [`settle`] learns of one call, under one lookup: its arrival at `at` (when it
+    /// counts) and, when it was served here, `(warm_ms, cold_ms)` as [`ProfileBook::local_call`].
+    fn settled(&self, function: &str, at: Option<Instant>, served: Option<(f64, Option<f64>)>) {
+        let mut map = write(&self.functions);
+        let f = entry(&mut map, function);
+        if let Some(at) = at {
+            f.arrivals.add(at);
+        }
+        if let Some((warm_ms, cold_ms)) = served {
+            f.warm.add(warm_ms);
+            if let Some(c) = cold_ms {
+                f.cold.add(c);
+            }
+        }
     }
 
     /// The measured memory of one instance of `function` in MB, once it rests on
@@ -239,12 +254,7 @@ impl ProfileBook {
     /// A call of `function` served here: `warm_ms` from arrival to answer less its admission
     /// wait and cold start, `cold_ms` its cold start when it started an instance.
     pub fn local_call(&self, function: &str, warm_ms: f64, cold_ms: Option<f64>) {
-        let mut map = write(&self.functions);
-        let f = entry(&mut map, function);
-        f.warm.add(warm_ms);
-        if let Some(c) = cold_ms {
-            f.cold.add(c);
-        }
+        self.settled(function, None, Some((warm_ms, cold_ms)));
     }
 
     /// A probe or load report to `node` came back after `rtt`.
@@ -258,11 +268,7 @@ impl ProfileBook {
     }
 
     fn link(&self, node: &str, f: impl FnOnce(&mut LinkStats)) {
-        let mut map = write(&self.links);
-        match map.get_mut(node) {
-            Some(l) => f(l),
-            None => f(map.entry(node.to_owned()).or_default()),
-        }
+        f(entry(&mut write(&self.links), node));
     }
 
     /// What was measured of `function` here, if any call of it was.
@@ -390,11 +396,10 @@ fn facts(f: &FunctionStats) -> Option<Facts> {
     })
 }
 
-fn entry<'a>(map: &'a mut Map<FunctionStats>, name: &str) -> &'a mut FunctionStats {
-    if !map.contains_key(name) {
-        map.insert(name.to_owned(), FunctionStats::default());
-    }
-    map.get_mut(name).expect("inserted")
+/// The entry of `name`, added when missing: one hash lookup, and a copy of the name only when
+/// it is added.
+fn entry<'a, V: Default>(map: &'a mut Map<V>, name: &str) -> &'a mut V {
+    map.entry_ref(name).or_default()
 }
 
 fn ms(d: Duration) -> f64 {
@@ -450,7 +455,8 @@ impl Timing {
     }
 }
 
-/// After a call of `function` answered as `outcome`, `elapsed` after it arrived: learns from it
+/// After a call of `function` that arrived at `received` answered as `outcome`, `elapsed` after
+/// it arrived: learns from it
 /// and, when the node's policy placed it expecting `predicted` ms, says so on the answer
 /// (`Server-Timing: predicted;dur=`) and records actual over predicted.
 pub fn settle(
@@ -458,6 +464,7 @@ pub fn settle(
     function: &str,
     outcome: &mut Outcome,
     predicted: Option<f64>,
+    received: Instant,
     elapsed: Duration,
 ) {
     let took = ms(elapsed);
@@ -467,12 +474,8 @@ pub fn settle(
         Outcome::Served { answer, .. } | Outcome::Offloaded { answer, .. } => answer.status(),
         Outcome::Failed(e) => e.status,
     };
-    if status != axum::http::StatusCode::NOT_FOUND {
-        if let Some(at) = Instant::now().checked_sub(elapsed) {
-            state.scheduling.profiles.arrived(function, at);
-        }
-    }
-    match outcome {
+    let arrived = (status != axum::http::StatusCode::NOT_FOUND).then_some(received);
+    let served = match outcome {
         Outcome::Served {
             answer,
             ran,
@@ -482,11 +485,14 @@ pub fn settle(
         } if answer.status().is_success() => {
             let (queued, cold) = (ms(*queued), ms(*cold));
             let cold_start = (*ran == Ran::LocalNew).then_some(cold);
-            state
-                .scheduling
-                .profiles
-                .local_call(function, took - queued - cold, cold_start);
+            Some((took - queued - cold, cold_start))
         }
+        _ => None,
+    };
+    if arrived.is_some() || served.is_some() {
+        state.scheduling.profiles.settled(function, arrived, served);
+    }
+    match outcome {
         Outcome::Offloaded { answer, .. } if answer.status().is_success() => {
             let by = answer
                 .headers()
