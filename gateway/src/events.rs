@@ -110,7 +110,9 @@ impl EventBus {
         self.watched.load(Ordering::Relaxed)
     }
 
-    fn record_latency(&self, d: Duration) {
+    /// A call that ran somewhere (here, offloaded or forwarded: not a handover, not a refusal)
+    /// took `d` ([`crate::invoke::run`] records each).
+    pub fn record_latency(&self, d: Duration) {
         let micros = u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
         let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % RECENT;
         self.recent[i].store(micros, Ordering::Relaxed);
@@ -209,8 +211,7 @@ impl Seen {
         }
     }
 
-    /// The call was answered with `resp`: records its latency and, with subscribers, sends its
-    /// event. Never waits.
+    /// The call was answered with `resp`: with subscribers, sends its event. Never waits.
     pub fn publish(
         mut self,
         state: &NodeState,
@@ -218,15 +219,10 @@ impl Seen {
         request_id: &HeaderValue,
         resp: &Response<Body>,
     ) {
-        let latency = received.elapsed();
-        // Calls that ran somewhere (here, offloaded or forwarded): not handovers, not refusals.
-        if resp.headers().contains_key(SERVED_BY) && resp.status() != StatusCode::TEMPORARY_REDIRECT
-        {
-            state.telemetry.events.record_latency(latency);
-        }
         let Some(function) = self.function.take() else {
             return;
         };
+        let latency = received.elapsed();
         let event = CallEvent::of(state, function, self, latency, request_id, resp);
         let Ok(json) = serde_json::to_string(&event) else {
             return;

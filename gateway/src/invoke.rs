@@ -112,6 +112,8 @@ pub enum Outcome {
         queued: Duration,
         /// Its instance's cold start, zero when warm (left out the same way).
         cold: Duration,
+        /// What the backend reported of the run, for the node's profiles ([`crate::profiles`]).
+        backend: BackendRun,
     },
     /// Another node (the cloud or a neighbouring edge) answered for this edge.
     Offloaded {
@@ -126,6 +128,34 @@ pub enum Outcome {
     },
     /// No node could answer; the error says why.
     Failed(ApiError),
+}
+
+/// What a backend reported of a call it ran, beyond its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendRun {
+    /// The backend's kind (`local`, `tinyfaas`, ...).
+    pub kind: &'static str,
+    /// Whether it started an instance for the call.
+    pub cold_start: bool,
+    /// Its start of the instance, zero when warm.
+    pub cold: Duration,
+    /// Its execution time.
+    pub exec: Duration,
+    /// Its measure of the function's memory, where it measures it.
+    pub memory: Option<geofaas_functions::local::MemoryFigure>,
+}
+
+impl BackendRun {
+    /// The figures of `out`, from a backend of `kind`.
+    pub fn of(kind: &'static str, out: &InvokeOutput) -> Self {
+        Self {
+            kind,
+            cold_start: out.cold_start,
+            cold: out.cold,
+            exec: out.exec,
+            memory: out.memory,
+        }
+    }
 }
 
 impl Outcome {
@@ -206,6 +236,7 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     crate::profiles::settle(state, &function, &mut outcome, predicted, received, elapsed);
     if let Some((ran, why)) = outcome.placement() {
         state.telemetry.metrics.placement(ran.label(), why);
+        state.telemetry.events.record_latency(elapsed);
     }
     // A name no node serves (404, here or from the cloud) is whatever the client sent: keep it
     // out of the labels.
@@ -286,7 +317,7 @@ async fn decide_and_run(
             let served = serve_here(state, &here, &facts, &call, deadline, container).await;
             drop(permit);
             match served {
-                Ok(out) => Outcome::Served {
+                Ok((out, kind)) => Outcome::Served {
                     ran: if out.cold_start {
                         Ran::LocalNew
                     } else {
@@ -294,6 +325,7 @@ async fn decide_and_run(
                     },
                     queued,
                     cold: out.cold,
+                    backend: BackendRun::of(kind, &out),
                     answer: local_response(state, out, timing),
                     why,
                 },
@@ -459,8 +491,9 @@ fn unreachable_cloud() -> ApiError {
     )
 }
 
-/// Runs the call on each backend of `here` in turn until one answers; when none does, the plan
-/// for what comes next ([`placement::after_failure`]) with the last failure.
+/// Runs the call on each backend of `here` in turn until one answers (its output and kind);
+/// when none does, the plan for what comes next ([`placement::after_failure`]) with the last
+/// failure.
 async fn serve_here(
     state: &NodeState,
     here: &[&Arc<dyn FunctionBackend>],
@@ -468,7 +501,7 @@ async fn serve_here(
     call: &Call,
     deadline: Instant,
     container: ContainerChoice,
-) -> Result<InvokeOutput, (Plan, InvokeError)> {
+) -> Result<(InvokeOutput, &'static str), (Plan, InvokeError)> {
     let retry_on_error = state
         .place
         .topology
@@ -497,14 +530,10 @@ async fn serve_here(
             .backend_call(backend.kind(), outcome, started.elapsed());
         let e = match result {
             Ok(out) => {
-                state
-                    .scheduling
-                    .profiles
-                    .backend_call(&call.function, backend.kind(), &out);
                 if out.cold_start {
                     state.telemetry.metrics.cold_start(&call.function, out.cold);
                 }
-                return Ok(out);
+                return Ok((out, backend.kind()));
             }
             Err(e) => e,
         };

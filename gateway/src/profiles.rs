@@ -47,7 +47,7 @@ use geofaas_functions::InvokeOutput;
 use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredProfiles};
 
 use crate::headers::name::{SERVED_BY, SERVER_TIMING};
-use crate::invoke::{Outcome, Ran};
+use crate::invoke::{BackendRun, Outcome, Ran};
 use crate::node::{Live, NodeState};
 
 /// Calls of a function measured before its figures replace its configured profile.
@@ -148,6 +148,17 @@ impl Arrivals {
     }
 }
 
+/// What one call taught the book ([`ProfileBook::settled`]).
+#[derive(Debug, Default)]
+struct Settled {
+    /// When it arrived, if it counts toward the arrival rate.
+    arrived: Option<Instant>,
+    /// Served here with success: `(warm_ms, cold_ms)` as [`ProfileBook::local_call`] takes them.
+    served: Option<(f64, Option<f64>)>,
+    /// What the backend that ran it here reported.
+    backend: Option<BackendRun>,
+}
+
 #[derive(Debug, Default)]
 struct BackendStats {
     calls: u64,
@@ -193,37 +204,45 @@ pub struct ProfileBook {
 impl ProfileBook {
     /// A call of `function` that backend `kind` answered with `out`.
     pub fn backend_call(&self, function: &str, kind: &'static str, out: &InvokeOutput) {
-        let mut map = write(&self.functions);
-        let f = entry(&mut map, function);
-        if out.memory.is_some() {
-            f.memory = out.memory;
-        }
-        let b = f.backends.entry(kind).or_default();
-        b.calls += 1;
-        b.exec.add(ms(out.exec));
-        if out.cold_start {
-            b.cold_starts += 1;
-            b.cold.add(ms(out.cold));
-        }
+        let call = Settled {
+            backend: Some(BackendRun::of(kind, out)),
+            ..Settled::default()
+        };
+        self.settled(function, call);
     }
 
     /// A call of `function` arrived at `at` (whatever became of it).
     pub fn arrived(&self, function: &str, at: Instant) {
-        self.settled(function, Some(at), None);
+        let call = Settled {
+            arrived: Some(at),
+            ..Settled::default()
+        };
+        self.settled(function, call);
     }
 
-    /// What [`settle`] learns of one call, under one lookup: its arrival at `at` (when it
-    /// counts) and, when it was served here, `(warm_ms, cold_ms)` as [`ProfileBook::local_call`].
-    fn settled(&self, function: &str, at: Option<Instant>, served: Option<(f64, Option<f64>)>) {
+    /// What [`settle`] learns of one call, under one lookup of its function.
+    fn settled(&self, function: &str, call: Settled) {
         let mut map = write(&self.functions);
         let f = entry(&mut map, function);
-        if let Some(at) = at {
+        if let Some(at) = call.arrived {
             f.arrivals.add(at);
         }
-        if let Some((warm_ms, cold_ms)) = served {
+        if let Some((warm_ms, cold_ms)) = call.served {
             f.warm.add(warm_ms);
             if let Some(c) = cold_ms {
                 f.cold.add(c);
+            }
+        }
+        if let Some(run) = call.backend {
+            if run.memory.is_some() {
+                f.memory = run.memory;
+            }
+            let b = f.backends.entry(run.kind).or_default();
+            b.calls += 1;
+            b.exec.add(ms(run.exec));
+            if run.cold_start {
+                b.cold_starts += 1;
+                b.cold.add(ms(run.cold));
             }
         }
     }
@@ -254,7 +273,11 @@ impl ProfileBook {
     /// A call of `function` served here: `warm_ms` from arrival to answer less its admission
     /// wait and cold start, `cold_ms` its cold start when it started an instance.
     pub fn local_call(&self, function: &str, warm_ms: f64, cold_ms: Option<f64>) {
-        self.settled(function, None, Some((warm_ms, cold_ms)));
+        let call = Settled {
+            served: Some((warm_ms, cold_ms)),
+            ..Settled::default()
+        };
+        self.settled(function, call);
     }
 
     /// A probe or load report to `node` came back after `rtt`.
@@ -475,22 +498,32 @@ pub fn settle(
         Outcome::Failed(e) => e.status,
     };
     let arrived = (status != axum::http::StatusCode::NOT_FOUND).then_some(received);
-    let served = match outcome {
+    let (served, backend) = match outcome {
         Outcome::Served {
             answer,
             ran,
             queued,
             cold,
+            backend,
             ..
-        } if answer.status().is_success() => {
+        } => {
             let (queued, cold) = (ms(*queued), ms(*cold));
             let cold_start = (*ran == Ran::LocalNew).then_some(cold);
-            Some((took - queued - cold, cold_start))
+            let ok = answer.status().is_success();
+            (
+                ok.then_some((took - queued - cold, cold_start)),
+                Some(*backend),
+            )
         }
-        _ => None,
+        _ => (None, None),
     };
-    if arrived.is_some() || served.is_some() {
-        state.scheduling.profiles.settled(function, arrived, served);
+    let call = Settled {
+        arrived,
+        served,
+        backend,
+    };
+    if call.arrived.is_some() || call.backend.is_some() {
+        state.scheduling.profiles.settled(function, call);
     }
     match outcome {
         Outcome::Offloaded { answer, .. } if answer.status().is_success() => {
