@@ -207,8 +207,9 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         }
         permit.record(&outcome);
         if matches!(outcome, Err(InvokeError::UnknownFunction(_))) {
-            // The cached list may be stale; ask again next time.
-            self.catalog.invalidate().await;
+            // The cached list may be stale; ask again next time. Boxed: the cache's future
+            // would otherwise be part of, and copied with, every call's.
+            Box::pin(self.catalog.invalidate()).await;
         }
         outcome
     }
@@ -230,8 +231,12 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         if let Some(local) = self.inner.local() {
             return local.serves(function);
         }
-        self.catalog
-            .get(|| self.inner.list())
+        if let Some((list, true)) = self.catalog.peek() {
+            return list.iter().any(|f| f == function);
+        }
+        // A missing or old list: fetched out of line (the cache's future is large, and every
+        // call's future would carry it).
+        Box::pin(self.catalog.get(|| self.inner.list()))
             .await
             .is_ok_and(|l| l.iter().any(|f| f == function))
     }

@@ -274,7 +274,11 @@ async fn decide_and_run(
         permit = if facts.may_forward() {
             state.intake.admission.try_acquire().ok()
         } else {
-            admit_queued(state, deadline).await
+            match state.intake.admission.try_acquire() {
+                Ok(permit) => Some(permit),
+                // Out of line, as `carry_out`: only a full node waits.
+                Err(_) => Box::pin(admit_queued(state, deadline)).await,
+            }
         };
         facts.admitted = permit.is_some();
         if let Some(s) = &state.scheduling.policy {
@@ -329,19 +333,21 @@ async fn decide_and_run(
                     answer: local_response(state, out, timing),
                     why,
                 },
-                Err((plan, err)) => carry_out(state, call, plan, &err).await,
+                Err((plan, err)) => Box::pin(carry_out(state, call, plan, &err)).await,
             }
         }
         plan => {
             drop(permit);
             let err = InvokeError::UnknownFunction(call.function.clone());
-            carry_out(state, call, plan, &err).await
+            Box::pin(carry_out(state, call, plan, &err)).await
         }
     }
 }
 
 /// Carries out a plan that sends the call away or refuses it; `err` is the failure that led
-/// here, if any (what a [`Refusal::Failed`] answers).
+/// here, if any (what a [`Refusal::Failed`] answers). Its callers box it: kept out of line, its
+/// futures (the forwards, their retries) do not enlarge every served call's future, which is
+/// moved into place on each call.
 async fn carry_out(state: &NodeState, call: Call, plan: Plan, err: &InvokeError) -> Outcome {
     match plan {
         Plan::Offload { reason, why } => offload(state, call, reason, why).await,
