@@ -40,7 +40,7 @@ for proto in h1 h2; do
 done
 sleep 1
 LOAD
-NO_BUILD=1 BIN="$OUT/wrap.sh" HOLD_CMD="bash $OUT/load.sh" "$HERE/run.sh" > /dev/null
+NO_BUILD=1 BIN="$OUT/wrap.sh" CLOUD_BIN="$BIN" HOLD_CMD="bash $OUT/load.sh" "$HERE/run.sh" > /dev/null
 count() { callgrind_annotate "$OUT/cg.out.$1" 2> /dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}'; }
 for proto in h1 h2; do
   first=$([[ $proto == h1 ]] && echo 1 || echo 3)

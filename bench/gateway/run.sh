@@ -14,6 +14,7 @@
 # Usage: bench/gateway/run.sh
 #   env: PROXY_CPUS=1 LOAD_CPUS=0 RUNS=3 DURATION=10 WARMUP=2 CONNS=32 H2_CONNS=4 H2_STREAMS=8
 #        NO_BUILD=1 (use the binary as is)  BIN=path (default target/lto/geofaas)
+#        CLOUD_BIN=path (the cloud node's binary, default BIN)
 #        PROFILE=1 (also perf-record the gateway under h1 load)
 #        RESULTS=dir (keep raw outputs there; default a temp dir that is removed)
 #        BIN_BASE=path (also measure a second gateway build, reported as "gwbase", e.g. the build
@@ -90,8 +91,16 @@ taskset -c "$LOAD_CPUS" nginx -p "$WORK/origin" -c "$WORK/origin/nginx.conf" -e 
 PIDS+=($!); ORIGIN_PID=$!
 wait_for "http://127.0.0.1:$MANAGER_PORT/list"
 
-# --- the gateway ---
+# --- the cloud node the edge offloads to (none of the bench's calls does): running, so that
+# the edge's background work is what it is in a healthy fleet (a probe a second, the cloud's
+# function list every 30 s), not the retries of a node whose cloud is down ---
 fill "$HERE/topology.toml" > "$WORK/topology.toml"
+GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$LOAD_CPUS" \
+  "${CLOUD_BIN:-$BIN}" node --config "$WORK/topology.toml" --node cloud 2> "$WORK/cloud.log" &
+PIDS+=($!)
+wait_for "https://127.0.0.1:$CLOUD_PORT/healthz"
+
+# --- the gateway ---
 GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
   "$BIN" node --config "$WORK/topology.toml" --node edge 2> "$WORK/gateway.log" &
 PIDS+=($!); GW_PID=$!

@@ -23,8 +23,9 @@ use moka::future::Cache;
 
 use crate::InvokeError;
 
-/// How long after a failed fetch the next one is tried (at most `refresh`).
-pub const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(250);
+/// How long after a failed fetch the next one is tried (at most `refresh`): a backend or cloud
+/// that is down is asked for its list at most once a second.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 /// A backend's function list, cached.
 #[derive(Debug)]
