@@ -6,7 +6,7 @@
 #   QUOTA_<id>  CPUs as a CPU quota (e.g. 0.5: half a core's time, on any core), through a cgroup
 #               of its own: cgroup v2 `cpu.max` where /sys/fs/cgroup has the cpu controller,
 #               else cgroup v1 `cpu.cfs_quota_us` under /sys/fs/cgroup/cpu (needs root). The
-#               period is QUOTA_PERIOD_US (10000: a throttled node waits at most 10 ms at a
+#               period is QUOTA_PERIOD_US (2000: a throttled node waits at most 2 ms at a
 #               time, so a small edge is slow rather than stalling in 100 ms steps). The group
 #               is CGROUP_NAME-<id> (CGROUP_NAME: geofaas-bench); compare.sh removes it.
 #   CPUS_<id>   the CPUs it may run on (taskset -c), with or without a quota.
@@ -24,7 +24,7 @@ quota_var="QUOTA_$key" cpus_var="CPUS_$key"
 quota=${!quota_var:-} cpus=${!cpus_var:-}
 
 if [[ -n $quota ]]; then
-  period=${QUOTA_PERIOD_US:-10000}
+  period=${QUOTA_PERIOD_US:-2000}
   us=$(awk -v q="$quota" -v p="$period" 'BEGIN { printf "%d", q * p }')
   name="${CGROUP_NAME:-geofaas-bench}-$id"
   if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
