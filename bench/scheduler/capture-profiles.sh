@@ -4,14 +4,16 @@
 # the paper's high load on the small edge (examples/berlin-small-edge.toml: Potsdam with one
 # instance), CLIENTS static clients in Potsdam's area calling sievehard CALLS times each, once a
 # second, on fresh `geofaas node` processes (`loadtest --spawn`, userspace delay model), each
-# node pinned to its own CPUs as in compare.sh (PIN=1). While the run goes, every node's
+# node with the capacity compare.sh gives it (capacity.sh: CAPACITY=quota by default, half a
+# core's time for each edge, the whole machine for the cloud, and `cores` to match; CAPACITY=pin
+# as the files of highload-small-edge/ were made). While the run goes, every node's
 # profiles are fetched once a second; the last answer of each node is kept, so the files say
 # what the nodes measured at the end of the run: warm and cold times, instance memory (PSS),
 # the rate at which calls arrived, the CPUs each node could use, and the links.
 #
 # Usage: bench/scheduler/capture-profiles.sh       (about 30 s)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/profiles-capture)
-#        POLICY=none  CLIENTS=16  CALLS=20  PIN=1
+#        POLICY=none  CLIENTS=16  CALLS=20  BODY=10000000 (sievehard's limit)  CAPACITY=quota
 #   Writes $OUT/<node>.json, the loadtest's own output in $OUT/run, and uptime before/after.
 set -euo pipefail
 
@@ -22,17 +24,15 @@ OUT=${OUT:-out/profiles-capture}
 DATA=${DATA:-$ROOT/../shared/data/geofaas-berlin}
 POLICY=${POLICY:-none}
 [[ -x "$BIN" ]] || { echo "no geofaas binary at $BIN (cargo build --release, or BIN=...)" >&2; exit 1; }
-if [[ ${PIN:-1} == 1 ]]; then
-  export GEOFAAS_REAL_BIN=$BIN GEOFAAS_BIN=$HERE/pinned-node.sh
-  export CPUS_potsdam=${CPUS_potsdam:-0} CPUS_tu_berlin=${CPUS_tu_berlin:-1} CPUS_cloud=${CPUS_cloud:-0-1}
-fi
+source "$HERE/capacity.sh"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STATE=$(mktemp -d /tmp/geofaas-capture.XXXXXX)
 variant="$ROOT/examples/.capture-$POLICY.toml"
 poller=""
-trap '[[ -n "$poller" ]] && kill "$poller" 2> /dev/null; rm -rf "$STATE" "$variant"' EXIT
-sed "s/^policy = .*/policy = \"$POLICY\"/" "$ROOT/examples/berlin-small-edge.toml" > "$variant"
+trap '[[ -n "$poller" ]] && kill "$poller" 2> /dev/null; rm -rf "$STATE" "$variant"; remove_cgroups' EXIT
+mapfile -t cores < <(cores_sed)
+sed -e "s/^policy = .*/policy = \"$POLICY\"/" "${cores[@]}" "$ROOT/examples/berlin-small-edge.toml" > "$variant"
 
 # node id and listen address of each node of the topology file
 mapfile -t nodes < <(awk -F'"' '/^id = /{id=$2} /^listen = /{if (id != "") print id, $2; id=""}' "$variant")
@@ -52,7 +52,7 @@ poller=$!
 uptime | tee "$OUT/uptime-before.txt"
 "$BIN" loadtest highload --spawn --state-dir "$STATE" --topology "$variant" \
   --clients-file "$DATA/potsdam-clients-16.csv" --clients "${CLIENTS:-16}" \
-  --calls "${CALLS:-20}" --interval-ms 1000 --function sievehard --body 10000000 \
+  --calls "${CALLS:-20}" --interval-ms 1000 --function sievehard --body "${BODY:-10000000}" \
   --out "$OUT/run" > "$OUT/run.log" 2>&1
 kill "$poller"; wait "$poller" 2> /dev/null || true; poller=""
 uptime | tee "$OUT/uptime-after.txt"

@@ -7,28 +7,47 @@
 # the mean and P99 latency as the mean over runs with a 95 % bootstrap interval over runs, the
 # SLO violations (late or failed calls), and PPO's and reactive's mean over greedy's per round.
 #
-# Workloads:
+# Capacity (CAPACITY=quota, the default): the paper's edges are small devices and its cloud is
+# big; on one 2-core machine that is modelled with a CPU quota per node process
+# (pinned-node.sh, a cgroup each): Potsdam and tu-berlin QUOTA_potsdam=0.5 and
+# QUOTA_tu_berlin=0.5 CPU each (half a core's time), the cloud no quota (the whole machine, 2
+# CPUs, shared with the edges and the load generator when they are busy). Each node's `cores`
+# in the topology copy is what its process gets (cores_of: 1 for each edge, 2 for the cloud),
+# the figure its profiles file reports too, so the model plans with the real capacity instead
+# of the topology's defaults (8, 8, 64). CAPACITY=pin pins with taskset instead (Potsdam CPU 0,
+# tu-berlin CPU 1, the cloud both: every node shares the cores, the cloud no bigger than an
+# edge: the earlier runs); CAPACITY=none runs the nodes as they are.
+#
+# Workloads, each sized so that an edge fills while the fleet as a whole has room (at the
+# paper's size on this machine nothing has room: 16 clients x sievehard of 10 million need
+# about 3.9 CPU-seconds per second, twice the machine):
 #   highload  the paper's high load on the small edge (examples/berlin-small-edge.toml: Potsdam
-#             with one instance; its `ppo` loads scheduler/weights/berlin-small-edge.safetensors):
-#             CLIENTS (4,16) static clients in Potsdam's area call sievehard
-#             (primes below 10 million) CALLS (10) times each, once a second;
+#             with one instance; its `ppo` loads scheduler/weights/berlin-small-edge-quota.safetensors):
+#             CLIENTS (4,16) static clients in Potsdam's area call sievehard (primes below
+#             HIGHLOAD_BODY, 3 million: about 47 ms of CPU, 94 ms on half a core) CALLS (10)
+#             times each, once a second: 16 clients need 0.75 CPU-seconds a second, 1.5 times
+#             Potsdam's quota and a third of the machine;
 #   mobility  one client walks mobility-path-99.csv across tu-berlin's and Potsdam's areas,
-#             one sieve call per point, following handovers (examples/berlin.toml);
+#             one sieve call per point at MOBILITY_RATE (5) per second (20 s), following
+#             handovers (examples/berlin.toml), while MOBILITY_BACKGROUND (16) static clients in
+#             Potsdam's area (potsdam-clients-16.csv), the area the walker enters, each call
+#             sievehard of HIGHLOAD_BODY once a second (their calls in background.csv, not in
+#             the table): Potsdam is as full as in highload's 16-client round;
 #   mixed     `loadtest mixed` on examples/berlin.toml: MIXED_FUNCTIONS (24) generated sieves of
 #             four sizes, Zipf(MIXED_ZIPF, 1.0) popularity, MIXED_CLIENTS (4) static clients per
-#             edge area, MIXED_CALLS (400) Poisson calls at MIXED_RATE (10) per second, idle
+#             edge area, MIXED_CALLS (800) Poisson calls at MIXED_RATE (40) per second (about
+#             12 ms of CPU per call on average: half of each edge's quota, in bursts), idle
 #             instances evicted after MIXED_KEEP_ALIVE_S (5) s so rare functions start cold, SLO
 #             MIXED_SLO_MS (1000); the seed is the round, so every policy of a round gets the
 #             same calls.
+# The load generator is not limited; on a machine that other jobs use as well, read the
+# intervals and each run's uptime.txt.
 #
-# Capacity: with PIN=1 (default) each node process runs on its own CPUs through
-# pinned-node.sh: CPUS_potsdam=0, CPUS_tu_berlin=1, CPUS_cloud=0-1 (override any). The load
-# generator shares them; on a 2-core machine that other jobs use as well, read the intervals.
-#
-# Usage: bench/scheduler/compare.sh     (about 2 minutes per round on 2 cores)
+# Usage: bench/scheduler/compare.sh     (about 3.5 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed"  CLIENTS=4,16
-#        CALLS=10  PIN=1  MIXED_*  LOOPBACK
+#        CALLS=10  HIGHLOAD_BODY  MOBILITY_*  MIXED_*  CAPACITY  QUOTA_<id>  CPUS_<id>
+#        QUOTA_PERIOD_US  LOOPBACK
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -39,19 +58,23 @@ DATA=${DATA:-$ROOT/../shared/data/geofaas-berlin}
 ROUNDS=${ROUNDS:-5}
 read -r -a policies <<< "${POLICIES:-none greedy ppo}"
 [[ -x "$BIN" ]] || { echo "no geofaas binary at $BIN (cargo build --release, or BIN=...)" >&2; exit 1; }
-if [[ ${PIN:-1} == 1 ]]; then
-  export GEOFAAS_REAL_BIN=$BIN GEOFAAS_BIN=$HERE/pinned-node.sh
-  export CPUS_potsdam=${CPUS_potsdam:-0} CPUS_tu_berlin=${CPUS_tu_berlin:-1} CPUS_cloud=${CPUS_cloud:-0-1}
-fi
+source "$HERE/capacity.sh"
 
 variant=""
-trap '[[ -n "$variant" ]] && rm -f "$variant"' EXIT
-# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold), its
-# nodes on LOOPBACK1N:8443 instead of 127.0.0.1N:8443 when LOOPBACK is set (e.g. 127.0.0.2, so
-# that a run does not meet another fleet on the same machine).
+cleanup() {
+  [[ -n "$variant" ]] && rm -f "$variant"
+  remove_cgroups
+}
+trap cleanup EXIT
+# $1 topology, $2 policy: a copy with that policy beside it (relative paths still hold), each
+# node's `cores` what its process gets (cores_of), its nodes on LOOPBACK1N:8443 instead of
+# 127.0.0.1N:8443 when LOOPBACK is set (e.g. 127.0.0.2, so that a run does not meet another
+# fleet on the same machine).
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
-  sed -e "s/^policy = .*/policy = \"$2\"/" \
+  local cores
+  mapfile -t cores < <(cores_sed)
+  sed -e "s/^policy = .*/policy = \"$2\"/" "${cores[@]}" \
       -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"
 }
 
@@ -71,19 +94,26 @@ for r in $(seq 1 "$ROUNDS"); do
           with_policy "$ROOT/examples/berlin-small-edge.toml" "$policy"
           "$BIN" loadtest highload --spawn --topology "$variant" \
             --clients-file "$DATA/potsdam-clients-16.csv" --clients "${CLIENTS:-4,16}" \
-            --calls "${CALLS:-10}" --interval-ms 1000 --function sievehard --body 10000000 \
+            --calls "${CALLS:-10}" --interval-ms 1000 --function sievehard --body "${HIGHLOAD_BODY:-3000000}" \
             --out "$dir" > "$dir/log.txt" 2>&1 ;;
         mobility)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
+          bg=()
+          if [[ ${MOBILITY_BACKGROUND:-16} -gt 0 ]]; then
+            bg=(--background-clients "$DATA/potsdam-clients-16.csv"
+                --background-count "${MOBILITY_BACKGROUND:-16}" --background-function sievehard
+                --background-body "${HIGHLOAD_BODY:-3000000}" --background-interval-ms 1000)
+          fi
           "$BIN" loadtest mobility --spawn --topology "$variant" \
             --path "$DATA/mobility-path-99.csv" --function sieve --warm \
+            --rate "${MOBILITY_RATE:-5}" "${bg[@]}" \
             --out "$dir" > "$dir/log.txt" 2>&1 ;;
         mixed)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
           "$BIN" loadtest mixed --spawn --topology "$variant" \
             --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed "$r" \
-            --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-400}" \
-            --rate "${MIXED_RATE:-10}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
+            --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-800}" \
+            --rate "${MIXED_RATE:-40}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
             --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 \
             --out "$dir" > "$dir/log.txt" 2>&1 ;;
         *) echo "unknown workload $w" >&2; exit 2 ;;

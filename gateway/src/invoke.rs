@@ -114,6 +114,9 @@ pub enum Outcome {
         cold: Duration,
         /// What the backend reported of the run, for the node's profiles ([`crate::profiles`]).
         backend: BackendRun,
+        /// Other calls holding admission permits here when it got its own: what it shared the
+        /// node's cores with (with the count at its end, [`crate::profiles::alone_ms`]).
+        others: usize,
     },
     /// Another node (the cloud or a neighbouring edge) answered for this edge.
     Offloaded {
@@ -267,7 +270,9 @@ async fn decide_and_run(
         policy: Policy::None,
     };
     let deadline = call.received + state.call_timeout();
-    let (mut permit, mut sched) = (None, None);
+    let (mut permit, mut sched, mut others) = (None, None, 0);
+    // A call the policy sends to another node counts there until it is back.
+    let mut _sending = None;
     if facts.served_here {
         // An edge at capacity places the call elsewhere instead of queueing the client behind
         // other calls; a node that cannot hand it on queues it.
@@ -281,6 +286,10 @@ async fn decide_and_run(
             }
         };
         facts.admitted = permit.is_some();
+        others = state
+            .intake
+            .running(&state.place.topology)
+            .saturating_sub(1);
         if let Some(s) = &state.scheduling.policy {
             let started = Instant::now();
             let local = LocalState {
@@ -305,6 +314,7 @@ async fn decide_and_run(
             state.telemetry.metrics.decision(took);
             sched = Some(took);
             *predicted = decision.as_ref().map(|d| d.predicted_ms);
+            _sending = decision.and_then(|d| s.sending(d.placement));
             facts.policy =
                 decision.map_or(Policy::NoDecision, |d| Policy::Chose(d.placement, s.name()));
         }
@@ -330,6 +340,7 @@ async fn decide_and_run(
                     queued,
                     cold: out.cold,
                     backend: BackendRun::of(kind, &out),
+                    others,
                     answer: local_response(state, out, timing),
                     why,
                 },

@@ -55,6 +55,9 @@ pub struct Place {
     pub map: ServiceMap,
     /// IP geolocation, when configured.
     pub locator: Option<Arc<dyn GeoLocator>>,
+    /// This node's `cores`: what its calls share (a warm call's measured time is divided by
+    /// how many calls shared them, [`crate::profiles::alone_ms`]).
+    pub cores: f64,
 }
 
 impl Place {
@@ -68,6 +71,7 @@ impl Place {
             role: node.role,
             map: topology.service_map()?,
             locator: opts.locator.clone(),
+            cores: node.cores(),
             topology,
         })
     }

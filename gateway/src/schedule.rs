@@ -15,10 +15,17 @@
 //! this edge's own figures for the function, another node's from its load report, each
 //! replaced by the function's configured profile (the model's terms at that node) until
 //! [`PRIOR_CALLS`] calls were measured; a function without a configured profile is placed
-//! from its first measured call on. The time to reach another node is what forwarded calls
-//! to it took beyond its own account, else its probes' round trip, else the model's.
+//! from its first measured call on. The time to reach another node is its probes' round trip,
+//! else what forwarded calls to it took beyond its own account, else the model's.
 //! A decision's [`Decision::predicted_ms`] is the model's latency of the chosen action, from
 //! the call's arrival here to its answer.
+//!
+//! A node's cores are shared by the calls on it (processor sharing): a call where `n` other
+//! calls run (here: the calls holding admission permits; elsewhere: its report's running and
+//! queued calls, plus the calls this edge sent there after the report was measured, [`Sent`])
+//! takes its time alone times `(n + 1) / cores` when that is above 1, the excess as the
+//! candidate's [`Measured::queue_ms`]. Its measured times are each call's time alone
+//! ([`crate::profiles::alone_ms`]), so the load is not counted twice.
 
 use std::sync::Arc;
 
@@ -111,6 +118,44 @@ pub struct EdgeScheduler {
     link: LinkModel,
     /// The profile of a function the topology does not describe (its defaults).
     default_profile: FunctionProfile,
+    /// The calls this edge placed on each neighbour (in [`EdgeScheduler::neighbor`]'s order)
+    /// and, last, on the cloud, that have not come back yet.
+    sent: Vec<Arc<Sent>>,
+}
+
+/// Calls placed on another node and not back yet, each by when it was sent (ms since the
+/// epoch): that node's load report counts those sent before it was measured, so a decision
+/// adds the ones sent after. Without them, the calls of a burst all see the same report and
+/// all go to the node it shows idle.
+#[derive(Debug, Default)]
+struct Sent(std::sync::Mutex<Vec<u64>>);
+
+impl Sent {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls sent after `at_ms` and not back yet.
+    fn after(&self, at_ms: u64) -> usize {
+        self.calls().iter().filter(|&&t| t > at_ms).count()
+    }
+}
+
+/// A placed call on its way to another node ([`EdgeScheduler::sending`]); dropping it says it
+/// came back.
+#[derive(Debug)]
+pub struct Sending {
+    sent: Arc<Sent>,
+    at_ms: u64,
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        let mut calls = self.sent.calls();
+        if let Some(i) = calls.iter().position(|&t| t == self.at_ms) {
+            calls.swap_remove(i);
+        }
+    }
 }
 
 impl std::fmt::Debug for EdgeScheduler {
@@ -169,6 +214,7 @@ impl EdgeScheduler {
             .collect();
         let (cloud_id, cloud, cloud_cold) =
             cloud.ok_or_else(|| anyhow::anyhow!("topology has no cloud"))?;
+        let neighbors_len = neighbors.len();
         Ok(Some(Self {
             policy,
             reason,
@@ -185,6 +231,7 @@ impl EdgeScheduler {
             book,
             link,
             default_profile: FunctionProfile::from(&geofaas_config::FunctionConfig::named("")),
+            sent: (0..=neighbors_len).map(|_| Arc::default()).collect(),
         }))
     }
 
@@ -196,6 +243,23 @@ impl EdgeScheduler {
     /// Neighbouring edge `i` of a [`Placement::Neighbor`].
     pub fn neighbor(&self, i: usize) -> Option<&Neighbor> {
         self.neighbors.get(i)
+    }
+
+    /// A call placed by `placement` leaves for another node: until the returned guard is
+    /// dropped (the call came back), decisions count it at that node beside its last report.
+    /// `None` for a placement here.
+    pub fn sending(&self, placement: Placement) -> Option<Sending> {
+        let sent = match placement {
+            Placement::Reuse | Placement::New => return None,
+            Placement::Neighbor(i) => self.sent.get(i)?,
+            Placement::Cloud => self.sent.last()?,
+        };
+        let at_ms = now_ms();
+        sent.calls().push(at_ms);
+        Some(Sending {
+            sent: sent.clone(),
+            at_ms,
+        })
     }
 
     /// Decides a call of `function` from a client at `source` (this node's location when the
@@ -235,11 +299,12 @@ impl EdgeScheduler {
             let now = now_ms();
             self.loads.read(|reports| {
                 let fresh = |id: &str| reports.fresh(id, now, self.stale_ms);
-                for n in &self.neighbors {
+                for (i, n) in self.neighbors.iter().enumerate() {
                     let report = fresh(&n.id).and_then(|r| {
                         let node = (n.spec, n.cold);
                         let m = self.remote(&n.id, node, (prior, mine), r, function, &profile);
-                        self.reported(node, &profile, m, function, r)
+                        let sent = self.sent[i].after(r.at_ms);
+                        self.reported(node, &profile, m, function, r, (sent, now))
                     });
                     candidates.push(report.unwrap_or_else(|| infeasible(n.spec)));
                 }
@@ -258,12 +323,15 @@ impl EdgeScheduler {
                         self.facts((self.cloud, self.cloud_cold), prior, mine, None, link)
                     }
                 };
+                let sent = &self.sent[self.neighbors.len()];
                 candidates.push(
                     cloud
                         .and_then(|r| {
-                            self.reported((self.cloud, self.cloud_cold), &profile, m, function, r)
+                            let node = (self.cloud, self.cloud_cold);
+                            let sent = sent.after(r.at_ms);
+                            self.reported(node, &profile, m, function, r, (sent, now))
                         })
-                        .unwrap_or_else(|| empty(self.cloud, m)),
+                        .unwrap_or_else(|| empty(self.cloud, m, sent.after(0))),
                 );
             });
         } else {
@@ -317,6 +385,7 @@ impl EdgeScheduler {
                 cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
                 exec_ms: f.warm_ms,
                 link_ms,
+                queue_ms: 0.0,
             };
         }
         // This edge's own measurement, once it has enough calls, beats the configured prior
@@ -327,6 +396,7 @@ impl EdgeScheduler {
                 cold_ms: prior.map_or_else(|| f.cold_ms.unwrap_or_else(fallback_cold), prior_cold),
                 exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
                 link_ms,
+                queue_ms: 0.0,
             };
         }
         if let Some(p) = prior {
@@ -334,6 +404,7 @@ impl EdgeScheduler {
                 cold_ms: prior_cold(p),
                 exec_ms: compute_ms(p, spec.ghz),
                 link_ms,
+                queue_ms: 0.0,
             };
         }
         let f = mine.unwrap_or(Facts {
@@ -345,6 +416,7 @@ impl EdgeScheduler {
             cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
             exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
             link_ms,
+            queue_ms: 0.0,
         }
     }
 
@@ -402,6 +474,8 @@ impl EdgeScheduler {
         let full = s.idle + s.busy >= s.max;
         let held = (s.idle + s.busy) as f64 * p.memory_mb;
         let free_cores = (self.here.cores - local.in_flight as f64).max(0.0);
+        let m = shared(m, local.in_flight, self.here.cores);
+        let (idle, busy, wait_ms) = instances(s.idle, s.busy, free_cores, p, &m);
         let idle_here = |g: &str| {
             backends
                 .iter()
@@ -423,16 +497,18 @@ impl EdgeScheduler {
                 function,
                 idle_here,
             ),
-            idle: u32::try_from(s.idle).unwrap_or(u32::MAX),
-            busy: u32::try_from(s.busy).unwrap_or(u32::MAX),
-            wait_ms: m.exec_ms,
+            idle,
+            busy,
+            wait_ms,
             measured: Some(m),
         }
     }
 
-    /// A node from its load report: cores less its running calls (none while it queues), memory
-    /// less what the function's instances hold, and their counts; `None` when its report does not
-    /// list the function (it does not serve it in a pool).
+    /// A node from its load report: cores less its calls (those it counted still there `now`,
+    /// [`still_there`], and the `sent` ones this edge placed there after it was measured), the
+    /// time they add by sharing the cores ([`shared`]), memory less what the function's
+    /// instances hold, and their counts; `None` when its report does not list the function (it
+    /// does not serve it in a pool).
     fn reported(
         &self,
         (spec, kind): (NodeSpec, ColdKind),
@@ -440,18 +516,22 @@ impl EdgeScheduler {
         m: Measured,
         function: &str,
         r: &LoadReport,
+        (sent, now): (usize, u64),
     ) -> Option<Candidate> {
         let f = r.load.functions.get(function)?;
-        let free_cores = if r.load.queued > 0 {
-            0.0
-        } else {
-            (spec.cores - r.load.running as f64).max(0.0)
-        };
+        let age_ms = now.saturating_sub(r.at_ms) as f64;
+        let done = |n: usize| n - still_there(n, age_ms, spec.cores, m.exec_ms);
+        let calls = r.load.running + r.load.queued - done(r.load.running + r.load.queued) + sent;
+        let free_cores = (spec.cores - calls as f64).max(0.0);
+        let m = shared(m, calls, spec.cores);
+        let finished = done(f.busy);
+        let (f_idle, f_busy) = (f.idle + finished, f.busy - finished);
+        let (idle, busy, wait_ms) = instances(f_idle, f_busy, free_cores, p, &m);
         let idle_there = |g: &str| r.load.functions.get(g).map_or(0, |f| f.idle);
         Some(Candidate {
             node: spec,
             free_cores,
-            free_memory_mb: (spec.memory_mb - (f.idle + f.busy) as f64 * p.memory_mb).max(0.0),
+            free_memory_mb: (spec.memory_mb - (f_idle + f_busy) as f64 * p.memory_mb).max(0.0),
             evictable_memory_mb: 0.0,
             blocked_cold_ms: self.blocked_cold_ms(
                 free_cores - p.cores,
@@ -459,9 +539,9 @@ impl EdgeScheduler {
                 function,
                 idle_there,
             ),
-            idle: u32::try_from(f.idle).unwrap_or(u32::MAX),
-            busy: u32::try_from(f.busy).unwrap_or(u32::MAX),
-            wait_ms: m.exec_ms,
+            idle,
+            busy,
+            wait_ms,
             measured: Some(m),
         })
     }
@@ -507,12 +587,65 @@ fn load_ppo(topology: &Topology, link: LinkModel) -> anyhow::Result<PpoPolicy> {
     }
 }
 
-/// A node with every capacity free and no warm instance: only a new instance is feasible, so
-/// the policy weighs its cold start (pessimistic for functions it keeps warm).
-fn empty(spec: NodeSpec, m: Measured) -> Candidate {
+/// The idle and busy instances of a function at a node with `free_cores` and the wait
+/// ([`Candidate::wait_ms`]) of a call queued there, its terms `m`. A busy
+/// instance frees after about the call's time alone. With no core free, an idle instance is
+/// no faster to reach than a busy one: the call shares the cores with the calls already there
+/// (processor sharing), which is what it waits for ([`Measured::queue_ms`]), so the policy sees
+/// its instances as busy and the call as queued (the simulator's "reuse" without a free core).
+fn instances(
+    idle: usize,
+    busy: usize,
+    free_cores: f64,
+    p: &FunctionProfile,
+    m: &Measured,
+) -> (u32, u32, f64) {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    if idle > 0 && free_cores + 1e-9 < p.cores {
+        (0, count(busy + idle), 0.0)
+    } else {
+        (count(idle), count(busy), m.exec_ms)
+    }
+}
+
+/// Of `calls` a report counted `age_ms` ago at a node with `cores`, those still there: a
+/// report is up to an interval old (a second by default) and a call a few hundred ms, so the
+/// calls it counted have been finishing since, about `cores` of them per `exec_ms` (the call's
+/// time alone there). Without it a node that was busy when it reported looks busy until its
+/// next report.
+fn still_there(calls: usize, age_ms: f64, cores: f64, exec_ms: f64) -> usize {
+    if exec_ms <= 0.0 || !exec_ms.is_finite() {
+        return 0;
+    }
+    let done = (age_ms * cores.max(1.0) / exec_ms).floor();
+    let done = if done >= calls as f64 {
+        calls
+    } else {
+        done as usize
+    };
+    calls - done
+}
+
+/// `m` at a node where `calls` other calls share its `cores`: a call there takes its time
+/// alone times calls per core (processor sharing, at least 1), the excess as
+/// [`Measured::queue_ms`]. The measured times are each call's time alone
+/// ([`crate::profiles::alone_ms`]).
+fn shared(m: Measured, calls: usize, cores: f64) -> Measured {
+    let per_core = (calls as f64 + 1.0) / cores.max(1.0);
+    Measured {
+        queue_ms: m.exec_ms * (per_core - 1.0).max(0.0),
+        ..m
+    }
+}
+
+/// A node without a fresh report: every capacity free but for the `sent` calls this edge
+/// placed there and no warm instance, so only a new instance is feasible and the policy weighs
+/// its cold start (pessimistic for functions it keeps warm).
+fn empty(spec: NodeSpec, m: Measured, sent: usize) -> Candidate {
+    let m = shared(m, sent, spec.cores);
     Candidate {
         node: spec,
-        free_cores: spec.cores,
+        free_cores: (spec.cores - sent as f64).max(0.0),
         free_memory_mb: spec.memory_mb,
         evictable_memory_mb: 0.0,
         blocked_cold_ms: 0.0,
@@ -550,6 +683,129 @@ mod tests {
         EdgeScheduler::from_topology(&topology, "tu-berlin", Arc::default(), Arc::default())
             .unwrap()
             .expect("a policy")
+    }
+
+    /// Berlin at tu-berlin with each node's `cores` as `bench/scheduler/compare.sh` gives them
+    /// (the edges 1, the cloud 2), and a board for the other nodes' reports.
+    fn small_fleet_at_tu_berlin() -> (EdgeScheduler, Topology, Arc<LoadBoard>) {
+        let mut text = include_str!("../../examples/berlin.toml")
+            .replace("policy = \"none\"", "policy = \"greedy\"");
+        for (id, cores) in [("tu-berlin", 1), ("potsdam", 1), ("cloud", 2)] {
+            let line = format!("id = \"{id}\"\n");
+            text = text.replace(&line, &format!("{line}cores = {cores}\n"));
+        }
+        let topology =
+            Topology::parse(&text, "berlin.toml", std::path::Path::new("../examples")).unwrap();
+        let loads = Arc::new(LoadBoard::default());
+        let s = EdgeScheduler::from_topology(&topology, "tu-berlin", loads.clone(), Arc::default())
+            .unwrap()
+            .expect("a policy");
+        (s, topology, loads)
+    }
+
+    /// A fresh report of `node`: `running` calls, one idle `sievehard` instance (400 ms).
+    fn report(node: &str, running: usize) -> LoadReport {
+        let mut functions = std::collections::BTreeMap::new();
+        functions.insert(
+            "sievehard".to_owned(),
+            geofaas_fleet::FunctionLoad { idle: 1, busy: 0 },
+        );
+        LoadReport {
+            node: node.to_owned(),
+            at_ms: now_ms(),
+            load: geofaas_fleet::NodeLoad {
+                running,
+                functions,
+                ..Default::default()
+            },
+            cpu_percent: 0.0,
+            memory_bytes: 0,
+        }
+    }
+
+    const BUSY_HERE: LocalState = LocalState {
+        in_flight: 1,
+        admitted: true,
+        may_forward: true,
+    };
+
+    #[test]
+    fn calls_placed_on_another_node_count_there_until_they_come_back() {
+        let (s, topology, loads) = small_fleet_at_tu_berlin();
+        loads.put(report("potsdam", 0));
+        loads.put(report("cloud", 0));
+        let decide = || {
+            s.decide(&topology, &[], "sievehard", None, BUSY_HERE)
+                .expect("a placement")
+        };
+        // Its one core busy, tu-berlin sends the call to Potsdam's idle core, next door.
+        let first = decide();
+        assert_eq!(first.placement, Placement::Neighbor(0));
+        let on_its_way = s.sending(first.placement).expect("placed elsewhere");
+        // Potsdam's report still shows it idle, but the call just sent holds its one core: a
+        // second would share it and take twice as long, the cloud is 30 ms away.
+        assert_eq!(decide().placement, Placement::Cloud);
+        let to_the_cloud = s.sending(Placement::Cloud);
+        // Back: Potsdam is free again.
+        drop(on_its_way);
+        assert_eq!(decide().placement, Placement::Neighbor(0));
+        drop(to_the_cloud);
+        // A call here is not counted anywhere.
+        assert!(s.sending(Placement::Reuse).is_none());
+    }
+
+    #[test]
+    fn a_node_with_more_calls_than_cores_is_predicted_slower_by_as_many() {
+        let (s, topology, loads) = small_fleet_at_tu_berlin();
+        loads.put(report("cloud", 0));
+        let idle_cloud = s
+            .decide(&topology, &[], "sievehard", None, BUSY_HERE)
+            .unwrap();
+        assert_eq!(idle_cloud.placement, Placement::Cloud);
+        // Two calls already on the cloud's two cores, one of its instances idle: no core is
+        // free, so the call shares them with the two (3 calls on 2 cores), half a call alone
+        // longer (still faster than sharing tu-berlin's one core with its one call).
+        let mut busy = report("cloud", 2);
+        busy.load.functions.insert(
+            "sievehard".to_owned(),
+            geofaas_fleet::FunctionLoad { idle: 1, busy: 1 },
+        );
+        loads.put(busy);
+        let busy_cloud = s
+            .decide(&topology, &[], "sievehard", None, BUSY_HERE)
+            .unwrap();
+        assert_eq!(busy_cloud.placement, Placement::Cloud);
+        let profile = FunctionProfile::from(topology.function("sievehard").unwrap());
+        let exec = compute_ms(&profile, s.cloud.ghz);
+        let extra = busy_cloud.predicted_ms - idle_cloud.predicted_ms;
+        assert!((extra - exec * 0.5).abs() < 1e-9, "{extra} against {exec}");
+    }
+
+    #[test]
+    fn a_reports_calls_finish_at_cores_per_call_time_after_it_was_measured() {
+        // Four calls of 100 ms on two cores: two done after 100 ms, all after 200.
+        assert_eq!(still_there(4, 0.0, 2.0, 100.0), 4);
+        assert_eq!(still_there(4, 99.0, 2.0, 100.0), 4);
+        assert_eq!(still_there(4, 100.0, 2.0, 100.0), 2);
+        assert_eq!(still_there(4, 250.0, 2.0, 100.0), 0);
+        assert_eq!(still_there(4, 5000.0, 1.0, 100.0), 0);
+        // No figure of the call's time: the report's calls are not held against the node.
+        assert_eq!(still_there(4, 10.0, 2.0, 0.0), 0);
+    }
+
+    #[test]
+    fn shared_cores_add_the_calls_per_core_beyond_one() {
+        let m = Measured {
+            cold_ms: 5.0,
+            exec_ms: 100.0,
+            link_ms: 10.0,
+            queue_ms: 0.0,
+        };
+        assert_eq!(shared(m, 0, 1.0).queue_ms, 0.0);
+        assert_eq!(shared(m, 1, 2.0).queue_ms, 0.0);
+        assert_eq!(shared(m, 3, 1.0).queue_ms, 300.0);
+        assert_eq!(shared(m, 3, 2.0).queue_ms, 100.0);
+        assert_eq!(shared(m, 3, 2.0).exec_ms, 100.0);
     }
 
     #[test]

@@ -169,6 +169,24 @@ pub struct MobilityArgs {
     /// With --compare-prewarm: calls of the client standing still.
     #[arg(long, default_value_t = 20)]
     pub standing_calls: u64,
+    /// Background load while the walk runs: static clients at these locations (`name,lat,lon`
+    /// rows), each calling `--background-function` once every `--background-interval-ms`,
+    /// open loop, from the walk's start to its end. Their calls are written to
+    /// background.csv, not to requests.csv.
+    #[arg(long, conflicts_with = "compare_prewarm")]
+    pub background_clients: Option<PathBuf>,
+    /// With --background-clients: how many of its locations call (default: all).
+    #[arg(long)]
+    pub background_count: Option<usize>,
+    /// With --background-clients: the function they call (default: the walk's).
+    #[arg(long)]
+    pub background_function: Option<String>,
+    /// With --background-clients: the body of their calls (default: the walk's).
+    #[arg(long)]
+    pub background_body: Option<String>,
+    /// With --background-clients: ms between two calls of one background client.
+    #[arg(long, default_value_t = 1000)]
+    pub background_interval_ms: u64,
 }
 
 /// Arguments of `geofaas loadtest highload`.

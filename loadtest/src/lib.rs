@@ -42,6 +42,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod background;
 pub mod cli;
 pub mod client;
 pub mod delay;

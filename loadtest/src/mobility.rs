@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::background::Background;
 use crate::cli::{Ctx, MobilityArgs};
-use crate::client::GeoClient;
+use crate::client::{CallRequest, GeoClient};
 use crate::points::read_points;
-use crate::record::{write_csv, Row, Summary};
+use crate::record::{write_csv, LatencyStats, Row, Summary};
 use crate::runner::{run_closed, run_open, Planned};
 
 /// Runs the walk and writes requests.csv, summary.json and mobility.png.
@@ -31,6 +32,7 @@ pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
             location: p.location,
         })
         .collect();
+    let background = start_background(ctx, args)?;
     let pb = ctx.progress(plan.len() as u64, "mobility");
     let started = Instant::now();
     let rows = match interval {
@@ -39,6 +41,14 @@ pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
     };
     pb.finish_and_clear();
     let duration = started.elapsed().as_secs_f64();
+    let background = match background {
+        Some(b) => {
+            let rows = b.stop().await;
+            write_csv(&ctx.out_file("background.csv"), &rows)?;
+            Some(rows)
+        }
+        None => None,
+    };
 
     let handovers = handovers(&rows);
     let mismatched: Vec<u64> = rows
@@ -70,10 +80,73 @@ pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
         "calls_served_where_the_areas_say": rows.iter().filter(|r| r.ok()).count() - mismatched.len(),
         "calls_served_elsewhere": mismatched,
         "mean_distance_km": mean(steps.iter().map(|s| s.distance_km).filter(|d| d.is_finite())),
+        "background": background.as_ref().map(|rows| json!({
+            "clients": args.background_clients.as_ref().map(|p| p.display().to_string()),
+            "function": rows.first().map(|r| r.function.clone()),
+            "interval_ms": args.background_interval_ms,
+            "calls": rows.len(),
+            "ok": rows.iter().filter(|r| r.ok()).count(),
+            "latency": LatencyStats::of(rows.iter().filter(|r| r.ok())),
+            "served_by": served_by(rows),
+        })),
     });
     summary.write(&ctx.out_file("summary.json"))?;
     print_result(&summary);
     Ok(())
+}
+
+/// The background clients of `--background-clients`, started (`None` without it).
+fn start_background(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<Option<Background>> {
+    let Some(path) = &args.background_clients else {
+        return Ok(None);
+    };
+    let mut points = read_points(path)?;
+    if let Some(n) = args.background_count {
+        anyhow::ensure!(
+            (1..=points.len()).contains(&n),
+            "--background-count {n}: {} has {} locations",
+            path.display(),
+            points.len()
+        );
+        points.truncate(n);
+    }
+    anyhow::ensure!(
+        args.background_interval_ms > 0,
+        "--background-interval-ms 0: must be at least 1"
+    );
+    let clients = points
+        .into_iter()
+        .map(|p| {
+            let c = GeoClient::new(&ctx.client_config(p.location))?;
+            Ok((p, Arc::new(c)))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let request = CallRequest {
+        function: args
+            .background_function
+            .clone()
+            .unwrap_or_else(|| ctx.template.function.clone()),
+        location: None,
+        body: args
+            .background_body
+            .clone()
+            .map_or_else(|| ctx.template.body.clone(), bytes::Bytes::from),
+        idempotency_key: None,
+    };
+    Ok(Some(Background::start(
+        clients,
+        &request,
+        Duration::from_millis(args.background_interval_ms),
+    )))
+}
+
+/// Calls per serving node.
+fn served_by(rows: &[Row]) -> std::collections::BTreeMap<String, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in rows.iter().filter(|r| r.ok()) {
+        *m.entry(r.served_by.clone()).or_insert(0) += 1;
+    }
+    m
 }
 
 /// One call per node, each from the node's own location, each with a client of its own.

@@ -14,7 +14,7 @@ use crate::client::CallReport;
 
 /// Columns of `requests.csv`, in order.
 pub const CSV_HEADER: &str =
-    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,http,error,function,cold_start";
+    "client,seq,lat,lon,served_by,offloaded_from,attempts,status,latency_ms,redirects,round,sent_ms,http,error,function,cold_start,server_timing";
 
 /// One call as `requests.csv` records it.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +52,9 @@ pub struct Row {
     /// `X-Cold-Start` of the answer: whether the node started an instance for it (`None`: the
     /// answer did not say, or there was none).
     pub cold_start: Option<bool>,
+    /// `Server-Timing` of the answer (empty without one): the node's parts of the call and,
+    /// on a call a policy placed, `predicted`. Written last, so its commas need no quoting.
+    pub server_timing: String,
 }
 
 impl Row {
@@ -81,6 +84,7 @@ impl Row {
             error: report.error.clone().unwrap_or_default(),
             function: String::new(),
             cold_start: report.cold_start,
+            server_timing: report.server_timing.clone().unwrap_or_default(),
         }
     }
 
@@ -103,7 +107,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
     for r in rows {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{},{},{:.3},{},{},{},{},{}",
             clean(&r.client),
             r.seq,
             r.lat,
@@ -121,6 +125,7 @@ pub fn write_csv(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
             clean(&r.function),
             r.cold_start
                 .map_or("", |c| if c { "true" } else { "false" }),
+            r.server_timing.replace(['\n', '\r'], " "),
         );
     }
     std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
@@ -143,8 +148,8 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
 }
 
 fn parse_row(line: &str) -> anyhow::Result<Row> {
-    let f: Vec<&str> = line.splitn(16, ',').collect();
-    anyhow::ensure!(f.len() == 16, "expected 16 fields, found {}", f.len());
+    let f: Vec<&str> = line.splitn(17, ',').collect();
+    anyhow::ensure!(f.len() == 17, "expected 17 fields, found {}", f.len());
     Ok(Row {
         client: f[0].to_owned(),
         seq: f[1].parse()?,
@@ -167,6 +172,7 @@ fn parse_row(line: &str) -> anyhow::Result<Row> {
             "" => None,
             other => anyhow::bail!("cold_start must be true, false or empty, not {other:?}"),
         },
+        server_timing: f[16].to_owned(),
     })
 }
 
@@ -332,6 +338,7 @@ mod tests {
             error: "a, b\nc".into(),
             function: "sieve".into(),
             cold_start: Some(true),
+            server_timing: "exec;dur=4.5, predicted;dur=5.000".into(),
         }
     }
 
@@ -348,6 +355,7 @@ mod tests {
         assert_eq!(back[1].served_by, "tu-berlin");
         assert_eq!(back[1].function, "sieve");
         assert_eq!(back[1].cold_start, Some(true));
+        assert_eq!(back[1].server_timing, "exec;dur=4.5, predicted;dur=5.000");
     }
 
     #[test]

@@ -103,9 +103,9 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
         if ok_reuse {
             let b = model::LatencyBreakdown {
                 queue_ms: if obs.queues(reuse) {
-                    c.wait_ms.max(0.0)
+                    base.queue_ms.max(c.wait_ms)
                 } else {
-                    0.0
+                    base.queue_ms
                 },
                 ..base
             };

@@ -49,6 +49,11 @@ pub struct Measured {
     pub exec_ms: f64,
     /// Time to reach the node and come back from the deciding node (0 for the node itself).
     pub link_ms: f64,
+    /// Extra time from the calls already at the node: with more calls than cores they share
+    /// them (processor sharing), so a call there takes `exec_ms` times calls over cores. It
+    /// applies to every action there; a call queued behind a busy instance waits at least
+    /// [`Candidate::wait_ms`].
+    pub queue_ms: f64,
 }
 
 impl Candidate {
@@ -64,7 +69,7 @@ impl Candidate {
         match &self.measured {
             Some(m) => LatencyBreakdown {
                 cold_ms: if new_container { m.cold_ms } else { 0.0 },
-                queue_ms: 0.0,
+                queue_ms: m.queue_ms.max(0.0),
                 comp_ms: m.exec_ms,
                 comm_ms: m.link_ms,
             },
@@ -164,7 +169,7 @@ impl Observation {
             ),
         };
         if self.queues(action) {
-            b.queue_ms = c.wait_ms.max(0.0);
+            b.queue_ms = b.queue_ms.max(c.wait_ms);
         }
         b
     }

@@ -469,3 +469,56 @@ fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold()
     let cold = rows.iter().filter(|r| r.cold_start == Some(true)).count();
     assert_eq!(s["mode_results"]["cold_starts"], cold);
 }
+
+#[test]
+fn mobility_with_background_clients_loads_their_area_and_keeps_their_calls_apart() {
+    let topology = melbourne(free_ports(), "");
+    let path: String = std::iter::once("name,lat,lon\n".to_owned())
+        .chain((0..10).map(|i| format!("p{i},{},144.96\n", -37.79 - 0.002 * f64::from(i))))
+        .collect();
+    // Two clients standing in the south edge's area, and one more the count leaves out.
+    let background = "name,lat,lon\ns0,-37.86,144.96\ns1,-37.861,144.961\nx,-37.80,144.96\n";
+    let (_dir, out) = loadtest(
+        &topology,
+        &[("path.csv", path), ("bg.csv", background.to_owned())],
+        &[
+            "mobility",
+            "--path",
+            "path.csv",
+            "--rate",
+            "10",
+            "--timeout-ms",
+            "20000",
+            "--background-clients",
+            "bg.csv",
+            "--background-count",
+            "2",
+            "--background-function",
+            "echo",
+            "--background-interval-ms",
+            "100",
+        ],
+    );
+    // The walk's calls alone in requests.csv, each with the node's Server-Timing.
+    let rows = read_csv(&out.join("requests.csv")).unwrap();
+    assert_eq!(rows.len(), 10);
+    assert!(rows.iter().all(|r| r.function == "sieve"), "{rows:?}");
+    assert!(
+        rows.iter().all(|r| r.server_timing.contains("exec;dur=")),
+        "{rows:?}"
+    );
+    // The background's in background.csv: both clients, from the first interval to the walk's
+    // end (about a second at 10 per second), served in their own area.
+    let bg = read_csv(&out.join("background.csv")).unwrap();
+    assert!(bg.iter().all(|r| r.function == "echo" && r.ok()), "{bg:?}");
+    for client in ["s0", "s1"] {
+        let n = bg.iter().filter(|r| r.client == client).count();
+        assert!(n >= 2, "{client}: {n} calls in {bg:?}");
+    }
+    assert!(bg.iter().all(|r| r.client != "x"), "{bg:?}");
+    assert!(bg.iter().all(|r| r.served_by == "south"), "{bg:?}");
+    let s = summary(&out);
+    assert_eq!(s["calls"], 10);
+    assert_eq!(s["mode_results"]["background"]["calls"], bg.len());
+    assert_eq!(s["mode_results"]["background"]["function"], "echo");
+}

@@ -127,11 +127,13 @@ fn measured_terms_replace_the_model_in_estimates_and_features() {
         cold_ms: 2.0,
         exec_ms: 1.0,
         link_ms: 0.0,
+        queue_ms: 0.0,
     });
     there.measured = Some(Measured {
         cold_ms: 5.0,
         exec_ms: 1.0,
         link_ms: 30.0,
+        queue_ms: 0.0,
     });
     let o = obs(vec![here, there]);
     let new_here = Action {
@@ -148,4 +150,48 @@ fn measured_terms_replace_the_model_in_estimates_and_features() {
     let f = crate::features::featurize(&LinkModel::default(), &o);
     assert_eq!(f.actions[0], Some(new_here));
     assert_eq!(f.actions[1], Some(reuse_there));
+}
+
+#[test]
+fn a_measured_queue_delays_every_action_there_and_a_queued_call_waits_at_least_for_its_instance() {
+    // Here is busy: its cores are shared with calls already there (400 ms more); next door is
+    // idle but 30 ms away. Greedy sends the call next door; the queue shows in the estimate
+    // and in the slot's queue feature.
+    let mut here = cand(0.0, 4.0, 10_000.0, 1);
+    let mut there = cand(0.01, 4.0, 10_000.0, 1);
+    here.measured = Some(Measured {
+        cold_ms: 2.0,
+        exec_ms: 100.0,
+        link_ms: 0.0,
+        queue_ms: 400.0,
+    });
+    there.measured = Some(Measured {
+        cold_ms: 2.0,
+        exec_ms: 100.0,
+        link_ms: 30.0,
+        queue_ms: 0.0,
+    });
+    let link = LinkModel::default();
+    let at = |candidate, new_container| Action {
+        candidate,
+        new_container,
+    };
+    let o = obs(vec![here.clone(), there]);
+    assert_eq!(o.estimate(&link, at(0, false)).total(), 500.0);
+    assert_eq!(o.estimate(&link, at(0, true)).total(), 502.0);
+    assert_eq!(o.estimate(&link, at(1, false)).total(), 130.0);
+    assert_eq!(GreedyPolicy::default().decide(&o), Some(at(1, false)));
+    let f = crate::features::featurize(&link, &o);
+    let slot = f
+        .actions
+        .iter()
+        .position(|a| *a == Some(at(0, false)))
+        .unwrap();
+    assert_eq!(f.options[slot][15], 4.0);
+    // With no idle instance here the call queues behind the busy one: at least its wait.
+    here.idle = 0;
+    here.busy = 1;
+    here.wait_ms = 600.0;
+    let o = obs(vec![here]);
+    assert_eq!(o.estimate(&link, at(0, false)).queue_ms, 600.0);
 }
