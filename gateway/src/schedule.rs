@@ -135,9 +135,10 @@ impl Sent {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Calls sent after `at_ms` and not back yet.
+    /// Calls sent at `at_ms` or after and not back yet (one sent in the millisecond a report
+    /// was measured reaches that node after it: the report does not count it).
     fn after(&self, at_ms: u64) -> usize {
-        self.calls().iter().filter(|&&t| t > at_ms).count()
+        self.calls().iter().filter(|&&t| t >= at_ms).count()
     }
 }
 
@@ -783,9 +784,10 @@ mod tests {
 
     #[test]
     fn a_reports_calls_finish_at_cores_per_call_time_after_it_was_measured() {
-        // Four calls of 100 ms on two cores: two done after 100 ms, all after 200.
+        // Four calls of 100 ms on two cores: one done every 50 ms, all after 200.
         assert_eq!(still_there(4, 0.0, 2.0, 100.0), 4);
-        assert_eq!(still_there(4, 99.0, 2.0, 100.0), 4);
+        assert_eq!(still_there(4, 49.0, 2.0, 100.0), 4);
+        assert_eq!(still_there(4, 50.0, 2.0, 100.0), 3);
         assert_eq!(still_there(4, 100.0, 2.0, 100.0), 2);
         assert_eq!(still_there(4, 250.0, 2.0, 100.0), 0);
         assert_eq!(still_there(4, 5000.0, 1.0, 100.0), 0);
