@@ -11,9 +11,16 @@
 # what the nodes measured at the end of the run: warm and cold times, instance memory (PSS),
 # the rate at which calls arrived, the CPUs each node could use, and the links.
 #
+# WORKLOAD=mobility captures compare.sh's mobility workload instead (examples/berlin.toml: the
+# 99-point walk calling sieve at MOBILITY_RATE per second, beside CLIENTS background clients in
+# Potsdam's area calling sievehard of BODY once a second): the files for the simulator
+# calibrated to that workload (scheduler/testdata/profiles/mobility-quota/). WORKLOAD=mixed
+# captures compare.sh's mixed workload (its MIXED_* settings and defaults, seed 1).
+#
 # Usage: bench/scheduler/capture-profiles.sh       (about 30 s)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/profiles-capture)
 #        POLICY=none  CLIENTS=16  CALLS=20  BODY=10000000 (sievehard's limit)  CAPACITY=quota
+#        WORKLOAD=highload|mobility|mixed  MOBILITY_RATE=5  MIXED_*
 #   Writes $OUT/<node>.json, the loadtest's own output in $OUT/run, and uptime before/after.
 set -euo pipefail
 
@@ -28,11 +35,17 @@ source "$HERE/capacity.sh"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STATE=$(mktemp -d /tmp/geofaas-capture.XXXXXX)
+WORKLOAD=${WORKLOAD:-highload}
+case "$WORKLOAD" in
+  highload) topology="$ROOT/examples/berlin-small-edge.toml" ;;
+  mobility|mixed) topology="$ROOT/examples/berlin.toml" ;;
+  *) echo "WORKLOAD=$WORKLOAD: expected highload, mobility or mixed" >&2; exit 2 ;;
+esac
 variant="$ROOT/examples/.capture-$POLICY.toml"
 poller=""
 trap '[[ -n "$poller" ]] && kill "$poller" 2> /dev/null; rm -rf "$STATE" "$variant"; remove_cgroups' EXIT
 mapfile -t cores < <(cores_sed)
-sed -e "s/^policy = .*/policy = \"$POLICY\"/" "${cores[@]}" "$ROOT/examples/berlin-small-edge.toml" > "$variant"
+sed -e "s/^policy = .*/policy = \"$POLICY\"/" "${cores[@]}" "$topology" > "$variant"
 
 # node id and listen address of each node of the topology file
 mapfile -t nodes < <(awk -F'"' '/^id = /{id=$2} /^listen = /{if (id != "") print id, $2; id=""}' "$variant")
@@ -50,10 +63,24 @@ poll() {
 poll &
 poller=$!
 uptime | tee "$OUT/uptime-before.txt"
-"$BIN" loadtest highload --spawn --state-dir "$STATE" --topology "$variant" \
-  --clients-file "$DATA/potsdam-clients-16.csv" --clients "${CLIENTS:-16}" \
-  --calls "${CALLS:-20}" --interval-ms 1000 --function sievehard --body "${BODY:-10000000}" \
-  --out "$OUT/run" > "$OUT/run.log" 2>&1
+if [[ $WORKLOAD == highload ]]; then
+  "$BIN" loadtest highload --spawn --state-dir "$STATE" --topology "$variant" \
+    --clients-file "$DATA/potsdam-clients-16.csv" --clients "${CLIENTS:-16}" \
+    --calls "${CALLS:-20}" --interval-ms 1000 --function sievehard --body "${BODY:-10000000}" \
+    --out "$OUT/run" > "$OUT/run.log" 2>&1
+elif [[ $WORKLOAD == mixed ]]; then
+  "$BIN" loadtest mixed --spawn --state-dir "$STATE" --topology "$variant" \
+    --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed 1 \
+    --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-800}" \
+    --rate "${MIXED_RATE:-40}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
+    --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 --out "$OUT/run" > "$OUT/run.log" 2>&1
+else
+  "$BIN" loadtest mobility --spawn --state-dir "$STATE" --topology "$variant" \
+    --path "$DATA/mobility-path-99.csv" --function sieve --warm --rate "${MOBILITY_RATE:-5}" \
+    --background-clients "$DATA/potsdam-clients-16.csv" --background-count "${CLIENTS:-16}" \
+    --background-function sievehard --background-body "${BODY:-10000000}" \
+    --background-interval-ms 1000 --out "$OUT/run" > "$OUT/run.log" 2>&1
+fi
 kill "$poller"; wait "$poller" 2> /dev/null || true; poller=""
 uptime | tee "$OUT/uptime-after.txt"
 ls -l "$OUT"/*.json

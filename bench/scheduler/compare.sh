@@ -45,6 +45,7 @@
 #
 # Usage: bench/scheduler/compare.sh     (about 3.5 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
+#        PPO_WEIGHTS (see with_policy; empty: each topology's own)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed"  CLIENTS=4,16
 #        CALLS=10  HIGHLOAD_BODY  MOBILITY_*  MIXED_*  CAPACITY  QUOTA_<id>  CPUS_<id>
 #        QUOTA_PERIOD_US  LOOPBACK
@@ -70,11 +71,22 @@ trap cleanup EXIT
 # node's `cores` what its process gets (cores_of), its nodes on LOOPBACK1N:8443 instead of
 # 127.0.0.1N:8443 when LOOPBACK is set (e.g. 127.0.0.2, so that a run does not meet another
 # fleet on the same machine).
+# PPO_WEIGHTS (relative to examples/, as the topology names it) replaces the topology's
+# `[scheduler] weights` or adds it: by default, with CAPACITY=quota, the weights trained for the
+# quota capacity, on every workload (docs/scheduler.md: in the simulator calibrated to each
+# workload's captured profiles they are 0.99x greedy's mean on mobility and 0.97x on mixed,
+# where the shipped Berlin weights, trained for 8-core edges, are 1.36x and 1.09x).
+if [[ ${CAPACITY:-quota} == quota ]]; then
+  PPO_WEIGHTS=${PPO_WEIGHTS-../scheduler/weights/berlin-small-edge-quota.safetensors}
+fi
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
-  local cores
+  local cores weights=()
   mapfile -t cores < <(cores_sed)
-  sed -e "s/^policy = .*/policy = \"$2\"/" "${cores[@]}" \
+  if [[ -n "${PPO_WEIGHTS:-}" ]]; then
+    weights=(-e '/^weights = /d' -e "/^policy = /a weights = \"$PPO_WEIGHTS\"")
+  fi
+  sed -e "s/^policy = .*/policy = \"$2\"/" "${cores[@]}" "${weights[@]}" \
       -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"
 }
 
