@@ -31,8 +31,8 @@
 #             one sieve call per point at MOBILITY_RATE (5) per second (20 s), following
 #             handovers (examples/berlin.toml), while MOBILITY_BACKGROUND (16) static clients in
 #             Potsdam's area (potsdam-clients-16.csv), the area the walker enters, each call
-#             sievehard of HIGHLOAD_BODY once a second (their calls in background.csv, not in
-#             the table): Potsdam is as full as in highload's 16-client round;
+#             sievehard of HIGHLOAD_BODY once a second (their calls in background.csv, in a
+#             table of their own): Potsdam is as full as in highload's 16-client round;
 #   mixed     `loadtest mixed` on examples/berlin.toml: MIXED_FUNCTIONS (24) generated sieves of
 #             four sizes, Zipf(MIXED_ZIPF, 1.0) popularity, MIXED_CLIENTS (4) static clients per
 #             edge area, MIXED_CALLS (800) Poisson calls at MIXED_RATE (40) per second (about

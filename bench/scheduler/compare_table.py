@@ -7,7 +7,7 @@ round, each policy's mean over greedy's mean with its bootstrap interval; and th
 nodes' prediction error (geofaas_prediction_error_ratio, actual over predicted, from the
 metrics-<node>.txt each run keeps), pooled over the runs' nodes, interpolated inside its
 histogram bucket, and the share of those calls whose ratio lies in (0.8, 1.25] (bucket bounds);
-the same pooled over every workload and policy at the end. The mixed workload's SLO is the run's own (summary.json, --slo-ms). Also writes
+the same pooled over every workload and policy at the end. The mixed workload's SLO is the run's own (summary.json, --slo-ms). A mobility run's background clients (background.csv) get a table of their own, without prediction columns (the nodes' histograms pool their calls with the walk's). Also writes
 OUT/compare.csv (one line per run). Usage: compare_table.py OUT_DIR EXAMPLES_DIR"""
 
 import csv
@@ -113,6 +113,57 @@ def run_stats(path, slo):
             "late": late, "where": where}
 
 
+def print_table(w, what, slo, runs, errors, rng):
+    """One workload's table; `errors` None: no prediction columns (calls the nodes' histograms
+    pool with another table's)."""
+    print(f"### {w} ({what}, SLO {slo:.0f} ms)\n")
+    print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | median actual / predicted (calls) | within 0.8-1.25 | served by |")
+    print("|---|---:|---:|---|---|---:|---|---|---|---|")
+    greedy = runs.get("greedy", {})
+    for policy in sorted(runs, key=lambda p: ORDER.index(p) if p in ORDER else 9):
+        rs = runs[policy]
+        m = bootstrap([s["mean"] for s in rs.values()], rng)
+        p = bootstrap([s["p99"] for s in rs.values()], rng)
+        calls = sum(s["calls"] for s in rs.values())
+        late = sum(s["late"] for s in rs.values())
+        paired = [rs[r]["mean"] / greedy[r]["mean"] for r in rs if r in greedy]
+        ratio = bootstrap(paired, rng) if paired else (float("nan"),) * 3
+        where = {}
+        for s in rs.values():
+            for k, v in s["where"].items():
+                where[k] = where.get(k, 0) + v
+        med, counted = histogram_median((errors or {}).get(policy, {}))
+        within = share_within((errors or {}).get(policy, {}))
+        med = f"{med:.2f} ({counted}) | {100 * within:.0f} %" if counted else "- | -"
+        print(f"| {policy} | {len(rs)} | {calls} | {m[0]:.0f} ({m[1]:.0f}-{m[2]:.0f}) | "
+              f"{p[0]:.0f} ({p[1]:.0f}-{p[2]:.0f}) | {late} ({100 * late / max(calls, 1):.1f} %) | "
+              f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | {med} | "
+              + ", ".join(f"{k} {v}" for k, v in sorted(where.items())) + " |")
+    print()
+
+
+def background_runs(workload_dir, examples):
+    """The background clients' calls of a workload's runs (background.csv, mobility with
+    --background-clients): (function, its SLO, {policy: {round: stats}}), or None."""
+    runs, function = {}, None
+    for policy in os.listdir(workload_dir):
+        for r in os.listdir(os.path.join(workload_dir, policy)):
+            path = os.path.join(workload_dir, policy, r, "background.csv")
+            if not os.path.exists(path):
+                continue
+            if function is None:
+                with open(path) as f:
+                    first = next(csv.DictReader(f), None)
+                if first is None:
+                    continue
+                function = first["function"]
+            slo = slo_ms(os.path.join(examples, "berlin.toml"), function)
+            runs.setdefault(policy, {})[int(r)] = run_stats(path, slo)
+    if not runs:
+        return None
+    return function, slo_ms(os.path.join(examples, "berlin.toml"), function), runs
+
+
 def main():
     out, examples = sys.argv[1], sys.argv[2]
     rng = random.Random(2026)
@@ -142,30 +193,11 @@ def main():
                     lines.append([w, policy, r, s["calls"], s["ok"], f"{s['mean']:.1f}",
                                   f"{s['p99']:.1f}", s["late"],
                                   " ".join(f"{k}={v}" for k, v in sorted(s["where"].items()))])
-        print(f"### {w} ({what}, SLO {slo:.0f} ms)\n")
-        print("| policy | runs | calls | mean ms (95 % CI) | P99 ms (95 % CI) | SLO violations | mean / greedy's (95 % CI) | median actual / predicted (calls) | within 0.8-1.25 | served by |")
-        print("|---|---:|---:|---|---|---:|---|---|---|---|")
-        greedy = runs.get("greedy", {})
-        for policy in sorted(runs, key=lambda p: ORDER.index(p) if p in ORDER else 9):
-            rs = runs[policy]
-            m = bootstrap([s["mean"] for s in rs.values()], rng)
-            p = bootstrap([s["p99"] for s in rs.values()], rng)
-            calls = sum(s["calls"] for s in rs.values())
-            late = sum(s["late"] for s in rs.values())
-            paired = [rs[r]["mean"] / greedy[r]["mean"] for r in rs if r in greedy]
-            ratio = bootstrap(paired, rng) if paired else (float("nan"),) * 3
-            where = {}
-            for s in rs.values():
-                for k, v in s["where"].items():
-                    where[k] = where.get(k, 0) + v
-            med, counted = histogram_median(errors.get(policy, {}))
-            within = share_within(errors.get(policy, {}))
-            med = f"{med:.2f} ({counted}) | {100 * within:.0f} %" if counted else "- | -"
-            print(f"| {policy} | {len(rs)} | {calls} | {m[0]:.0f} ({m[1]:.0f}-{m[2]:.0f}) | "
-                  f"{p[0]:.0f} ({p[1]:.0f}-{p[2]:.0f}) | {late} ({100 * late / max(calls, 1):.1f} %) | "
-                  f"{ratio[0]:.3f} ({ratio[1]:.3f}-{ratio[2]:.3f}) | {med} | "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(where.items())) + " |")
-        print()
+        print_table(w, what, slo, runs, errors, rng)
+        background = background_runs(os.path.join(out, w), examples)
+        if background:
+            function, bslo, bruns = background
+            print_table(f"{w}, its background clients", function, bslo, bruns, None, rng)
     med, counted = histogram_median(everything)
     if counted:
         print(f"Every placed call of every workload and policy: median actual / predicted "
