@@ -11,16 +11,16 @@
 # what the nodes measured at the end of the run: warm and cold times, instance memory (PSS),
 # the rate at which calls arrived, the CPUs each node could use, and the links.
 #
-# WORKLOAD=mobility captures compare.sh's mobility workload instead (examples/berlin.toml: the
-# 99-point walk calling sieve at MOBILITY_RATE per second, beside CLIENTS background clients in
-# Potsdam's area calling sievehard of BODY once a second): the files for the simulator
-# calibrated to that workload (scheduler/testdata/profiles/mobility-quota/). WORKLOAD=mixed
-# captures compare.sh's mixed workload (its MIXED_* settings and defaults, seed 1).
+# WORKLOAD=mobility captures compare.sh's mobility workload instead (workloads.sh, with its
+# MOBILITY_* and HIGHLOAD_BODY settings: the walk beside 16 background clients in Potsdam's
+# area) on examples/berlin.toml: the files for the simulator calibrated to that workload
+# (scheduler/testdata/profiles/mobility-quota/). WORKLOAD=mixed captures compare.sh's mixed
+# workload (its MIXED_* settings, seed 1); the loadtest's output is then in $OUT/run/log.txt.
 #
 # Usage: bench/scheduler/capture-profiles.sh       (about 30 s)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/profiles-capture)
 #        POLICY=none  CLIENTS=16  CALLS=20  BODY=10000000 (sievehard's limit)  CAPACITY=quota
-#        WORKLOAD=highload|mobility|mixed  MOBILITY_RATE=5  MIXED_*
+#        WORKLOAD=highload|mobility|mixed  MOBILITY_*  HIGHLOAD_BODY  MIXED_*
 #   Writes $OUT/<node>.json, the loadtest's own output in $OUT/run, and uptime before/after.
 set -euo pipefail
 
@@ -32,6 +32,7 @@ DATA=${DATA:-$ROOT/../shared/data/geofaas-berlin}
 POLICY=${POLICY:-none}
 [[ -x "$BIN" ]] || { echo "no geofaas binary at $BIN (cargo build --release, or BIN=...)" >&2; exit 1; }
 source "$HERE/capacity.sh"
+source "$HERE/workloads.sh"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 STATE=$(mktemp -d /tmp/geofaas-capture.XXXXXX)
@@ -69,17 +70,11 @@ if [[ $WORKLOAD == highload ]]; then
     --calls "${CALLS:-20}" --interval-ms 1000 --function sievehard --body "${BODY:-10000000}" \
     --out "$OUT/run" > "$OUT/run.log" 2>&1
 elif [[ $WORKLOAD == mixed ]]; then
-  "$BIN" loadtest mixed --spawn --state-dir "$STATE" --topology "$variant" \
-    --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed 1 \
-    --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-800}" \
-    --rate "${MIXED_RATE:-40}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
-    --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 --out "$OUT/run" > "$OUT/run.log" 2>&1
+  mkdir -p "$OUT/run"
+  mixed_load "$variant" "$OUT/run" 1 --state-dir "$STATE"
 else
-  "$BIN" loadtest mobility --spawn --state-dir "$STATE" --topology "$variant" \
-    --path "$DATA/mobility-path-99.csv" --function sieve --warm --rate "${MOBILITY_RATE:-5}" \
-    --background-clients "$DATA/potsdam-clients-16.csv" --background-count "${CLIENTS:-16}" \
-    --background-function sievehard --background-body "${BODY:-10000000}" \
-    --background-interval-ms 1000 --out "$OUT/run" > "$OUT/run.log" 2>&1
+  mkdir -p "$OUT/run"
+  mobility_load "$variant" "$OUT/run" --state-dir "$STATE"
 fi
 kill "$poller"; wait "$poller" 2> /dev/null || true; poller=""
 uptime | tee "$OUT/uptime-after.txt"

@@ -60,6 +60,7 @@ ROUNDS=${ROUNDS:-5}
 read -r -a policies <<< "${POLICIES:-none greedy ppo}"
 [[ -x "$BIN" ]] || { echo "no geofaas binary at $BIN (cargo build --release, or BIN=...)" >&2; exit 1; }
 source "$HERE/capacity.sh"
+source "$HERE/workloads.sh"
 
 variant=""
 cleanup() {
@@ -110,24 +111,10 @@ for r in $(seq 1 "$ROUNDS"); do
             --out "$dir" > "$dir/log.txt" 2>&1 ;;
         mobility)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
-          bg=()
-          if [[ ${MOBILITY_BACKGROUND:-16} -gt 0 ]]; then
-            bg=(--background-clients "$DATA/potsdam-clients-16.csv"
-                --background-count "${MOBILITY_BACKGROUND:-16}" --background-function sievehard
-                --background-body "${HIGHLOAD_BODY:-3000000}" --background-interval-ms 1000)
-          fi
-          "$BIN" loadtest mobility --spawn --topology "$variant" \
-            --path "$DATA/mobility-path-99.csv" --function sieve --warm \
-            --rate "${MOBILITY_RATE:-5}" "${bg[@]}" \
-            --out "$dir" > "$dir/log.txt" 2>&1 ;;
+          mobility_load "$variant" "$dir" ;;
         mixed)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
-          "$BIN" loadtest mixed --spawn --topology "$variant" \
-            --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed "$r" \
-            --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-800}" \
-            --rate "${MIXED_RATE:-40}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
-            --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 \
-            --out "$dir" > "$dir/log.txt" 2>&1 ;;
+          mixed_load "$variant" "$dir" "$r" ;;
         *) echo "unknown workload $w" >&2; exit 2 ;;
       esac
       rm -f "$variant"; variant=""

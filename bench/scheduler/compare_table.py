@@ -145,23 +145,21 @@ def print_table(w, what, slo, runs, errors, rng):
 def background_runs(workload_dir, examples):
     """The background clients' calls of a workload's runs (background.csv, mobility with
     --background-clients): (function, its SLO, {policy: {round: stats}}), or None."""
-    runs, function = {}, None
+    paths = {}
     for policy in os.listdir(workload_dir):
         for r in os.listdir(os.path.join(workload_dir, policy)):
             path = os.path.join(workload_dir, policy, r, "background.csv")
-            if not os.path.exists(path):
-                continue
-            if function is None:
-                with open(path) as f:
-                    first = next(csv.DictReader(f), None)
-                if first is None:
-                    continue
-                function = first["function"]
-            slo = slo_ms(os.path.join(examples, "berlin.toml"), function)
-            runs.setdefault(policy, {})[int(r)] = run_stats(path, slo)
-    if not runs:
+            if os.path.exists(path):
+                paths[(policy, int(r))] = path
+    first = next((row for p in paths.values() for row in csv.DictReader(open(p))), None)
+    if first is None:
         return None
-    return function, slo_ms(os.path.join(examples, "berlin.toml"), function), runs
+    function = first["function"]
+    slo = slo_ms(os.path.join(examples, "berlin.toml"), function)
+    runs = {}
+    for (policy, r), path in paths.items():
+        runs.setdefault(policy, {})[r] = run_stats(path, slo)
+    return function, slo, runs
 
 
 def main():
