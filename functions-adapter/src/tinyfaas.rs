@@ -165,7 +165,7 @@ impl FunctionBackend for TinyfaasAdapter {
         "tinyfaas"
     }
 
-    async fn invoke(&self, call: Invocation) -> Result<InvokeOutput, InvokeError> {
+    async fn invoke(&self, mut call: Invocation) -> Result<InvokeOutput, InvokeError> {
         // The name becomes a path segment: only plain names may pass.
         if !valid_function_name(&call.function) {
             return Err(InvokeError::UnknownFunction(call.function));
@@ -177,14 +177,14 @@ impl FunctionBackend for TinyfaasAdapter {
                 let mut path = String::with_capacity(calls.path.len() + call.function.len());
                 path.push_str(&calls.path);
                 path.push_str(&call.function);
-                let headers = http_common::forwardable(&call.headers);
+                let body = std::mem::take(&mut call.body);
                 calls
                     .upstream
                     .send(
                         Method::POST,
                         &path,
-                        headers,
-                        call.body,
+                        call.sent_headers(),
+                        body,
                         budget,
                         http_common::MAX_REPLY_BYTES,
                     )
@@ -193,7 +193,7 @@ impl FunctionBackend for TinyfaasAdapter {
             None => {
                 let url = Self::function_url(&self.url, &call.function)?;
                 let mut request = self.client.post(url).body(call.body.clone());
-                for (name, value) in http_common::forwardable(&call.headers) {
+                for (name, value) in call.sent_headers() {
                     request = request.header(name, value);
                 }
                 let reply = http_common::send(request, budget).await?;

@@ -1,4 +1,4 @@
-//! The per-request routing decision: parse `X-Client-Location`, look the point up in the
+//! The per-request routing decision: find and parse `X-Client-Location`, look the point up in the
 //! service areas, choose serve-here or the handover target and build its URL.
 //!
 //! Run: `cargo bench -p geofaas-gateway --bench routing`
@@ -9,6 +9,7 @@ use std::path::Path;
 use axum::http::HeaderMap;
 use criterion::{criterion_group, criterion_main, Criterion};
 use geofaas_config::Topology;
+use geofaas_gateway::headers::Control;
 use geofaas_gateway::routing::{decide, handover_url, header_location, Route, LOCATION_HEADER};
 
 fn routing(c: &mut Criterion) {
@@ -26,7 +27,8 @@ fn routing(c: &mut Criterion) {
         headers.insert(LOCATION_HEADER, loc.parse().expect("header value"));
         group.bench_function(name, |b| {
             b.iter(|| {
-                let location = header_location(black_box(&headers)).expect("valid");
+                let control = Control::scan(black_box(&headers));
+                let location = header_location(&control).expect("valid");
                 match decide(&map, "tu-berlin", location.as_ref(), false) {
                     Route::Serve => None,
                     Route::Handover(target) => Some(handover_url(target, black_box("/fn/sieve"))),

@@ -1,8 +1,8 @@
 //! The client's location as the gateway found it, and the geo context a function receives
 //! as `X-Geo-*` request headers.
 //!
-//! The serving node writes the context, always: [`append_context`] runs after the client's own
-//! `X-Geo-*` were dropped ([`crate::headers::for_function`]). A call that an edge offloaded
+//! The serving node writes the context, always ([`context`]), sent after the client's headers,
+//! whose own `X-Geo-*` were dropped ([`crate::headers::for_function`]). A call that an edge offloaded
 //! or forwarded carries the edge's `X-Geo-Source`, `X-Geo-Location` and `X-Geo-Accuracy`;
 //! the node it lands on believes them only when the call's offload credential verified
 //! ([`from_peer`]), since the client's address there is the edge's, and then writes the whole
@@ -13,8 +13,10 @@ use bytes::Bytes;
 use geo::Rect;
 use geofaas_config::{LatLon, Role};
 
+use geofaas_functions::Context;
+
 use crate::headers::name::{
-    GEO_ACCURACY, GEO_DISTANCE_KM, GEO_LOCATION, GEO_NODE, GEO_ROLE, GEO_SOURCE,
+    GEO_ACCURACY, GEO_DISTANCE_KM, GEO_LOCATION, GEO_NODE, GEO_ROLE, GEO_SOURCE, REQUEST_ID,
 };
 
 /// Where the client's location came from (`X-Geo-Source`).
@@ -85,30 +87,35 @@ pub struct Here<'a> {
     pub location: Option<LatLon>,
 }
 
-/// Appends the `X-Geo-*` headers of a call served at `here` from a client at `client`
-/// (`X-Geo-Location`, `X-Geo-Accuracy` and `X-Geo-Distance-Km` only when known).
-pub fn append_context(out: &mut HeaderMap, here: Here<'_>, client: Option<&ClientLocation>) {
-    out.insert(GEO_NODE, here.id.clone());
-    out.insert(
-        GEO_ROLE,
-        HeaderValue::from_static(match here.role {
-            Role::Edge => "edge",
-            Role::Cloud => "cloud",
-        }),
-    );
-    let Some(client) = client else {
-        out.insert(GEO_SOURCE, HeaderValue::from_static("none"));
-        return;
+/// What the platform tells a function about a call served at `here` from a client at
+/// `client`: the `X-Geo-*` headers (`X-Geo-Location`, `X-Geo-Accuracy` and
+/// `X-Geo-Distance-Km` only when known), then the call's `X-Request-Id`.
+pub fn context(
+    here: Here<'_>,
+    client: Option<&ClientLocation>,
+    request_id: &HeaderValue,
+) -> Context {
+    let role = match here.role {
+        Role::Edge => "edge",
+        Role::Cloud => "cloud",
     };
-    out.insert(GEO_SOURCE, HeaderValue::from_static(client.source.as_str()));
-    out.insert(GEO_LOCATION, value(client.point.to_string()));
-    if let Some(acc) = client.accuracy_m {
-        out.insert(GEO_ACCURACY, value(format!("{}", acc.ceil())));
+    let mut out = Vec::with_capacity(7);
+    out.push((GEO_NODE, here.id.clone()));
+    out.push((GEO_ROLE, HeaderValue::from_static(role)));
+    let source = client.map_or("none", |c| c.source.as_str());
+    out.push((GEO_SOURCE, HeaderValue::from_static(source)));
+    if let Some(client) = client {
+        out.push((GEO_LOCATION, value(client.point.to_string())));
+        if let Some(acc) = client.accuracy_m {
+            out.push((GEO_ACCURACY, value(format!("{}", acc.ceil()))));
+        }
+        if let Some(node) = here.location {
+            let km = client.point.distance_km(node);
+            out.push((GEO_DISTANCE_KM, value(format!("{km:.3}"))));
+        }
     }
-    if let Some(node) = here.location {
-        let km = client.point.distance_km(node);
-        out.insert(GEO_DISTANCE_KM, value(format!("{km:.3}")));
-    }
+    out.push((REQUEST_ID, request_id.clone()));
+    out.into()
 }
 
 /// The client's location as the node that forwarded a call found it: its `X-Geo-Source`,
@@ -148,8 +155,12 @@ mod tests {
             Source::Geohash,
             Some(75.2),
         );
-        let mut h = HeaderMap::new();
-        append_context(&mut h, here(&id), Some(&client));
+        let rid = HeaderValue::from_static("r-1");
+        let h: HeaderMap = context(here(&id), Some(&client), &rid)
+            .iter()
+            .cloned()
+            .collect();
+        assert_eq!(h[REQUEST_ID], "r-1");
         assert_eq!(h[GEO_NODE], "cbd");
         assert_eq!(h[GEO_ROLE], "edge");
         assert_eq!(h[GEO_SOURCE], "geohash");
@@ -165,10 +176,9 @@ mod tests {
             })
         );
 
-        let mut none = HeaderMap::new();
-        append_context(&mut none, here(&id), None);
+        let none: HeaderMap = context(here(&id), None, &rid).iter().cloned().collect();
         assert_eq!(none[GEO_SOURCE], "none");
-        assert_eq!(none.len(), 3, "{none:?}");
+        assert_eq!(none.len(), 4, "{none:?}");
         assert_eq!(from_peer(&none), None);
     }
 

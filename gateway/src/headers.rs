@@ -8,8 +8,6 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use geofaas_config::headers::is_from_client_forwarded;
 
 use crate::error::ApiError;
-use crate::geo;
-use name::REQUEST_ID;
 
 /// The platform's header names the call path uses, as [`HeaderName`]s: a `&str` name is parsed
 /// at every insert or lookup, and copied to the heap at every insert (six allocations of a
@@ -60,6 +58,56 @@ pub mod name {
     pub const OFFLOADED_FROM: HeaderName = HeaderName::from_static(h::OFFLOADED_FROM);
 }
 
+/// The request headers the call path reads, found in one pass over the request's headers.
+/// A lookup by name hashes the name every time, and a call asks for about ten that are usually
+/// absent: ten lookups cost a proxied call 1 100 instructions, the pass over its few headers a
+/// tenth of that. Each field is the header's first value, as [`HeaderMap::get`] gives it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Control<'a> {
+    /// `X-Request-Id`.
+    pub request_id: Option<&'a HeaderValue>,
+    /// `X-Geofaas-Offload`: the credential of a call another node sent here.
+    pub offload: Option<&'a HeaderValue>,
+    /// `X-Client-Location`.
+    pub client_location: Option<&'a HeaderValue>,
+    /// `Sec-CH-Geohash`.
+    pub geohash: Option<&'a HeaderValue>,
+    /// `X-Geofaas-Retry`.
+    pub retry: Option<&'a HeaderValue>,
+    /// `Idempotency-Key`.
+    pub idempotency_key: Option<&'a HeaderValue>,
+    /// `X-Client-Id`.
+    pub client_id: Option<&'a HeaderValue>,
+    /// Whether any `Prefer` header came (read in full by [`crate::activations::wants_async`]).
+    pub prefer: bool,
+}
+
+impl<'a> Control<'a> {
+    /// The control headers among `headers`.
+    pub fn scan(headers: &'a HeaderMap) -> Self {
+        use geofaas_config::headers as h;
+        let mut c = Self::default();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                h::REQUEST_ID => &mut c.request_id,
+                h::OFFLOAD => &mut c.offload,
+                h::CLIENT_LOCATION => &mut c.client_location,
+                h::GEOHASH => &mut c.geohash,
+                h::RETRY => &mut c.retry,
+                h::IDEMPOTENCY_KEY => &mut c.idempotency_key,
+                h::CLIENT_ID => &mut c.client_id,
+                "prefer" => {
+                    c.prefer = true;
+                    continue;
+                }
+                _ => continue,
+            };
+            slot.get_or_insert(value);
+        }
+        c
+    }
+}
+
 /// Limits on a request's header section, in bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct HeaderLimits {
@@ -108,27 +156,18 @@ fn too_large(message: String) -> ApiError {
     )
 }
 
-/// The headers a function (and the cloud, on offload) sees: the client's that may travel, its
-/// `X-Geo-*` dropped, then this node's geo context ([`geo::append_context`]). The one place a
-/// function's request headers are built.
-pub fn for_function(
-    headers: &HeaderMap,
-    here: geo::Here<'_>,
-    client: Option<&geo::ClientLocation>,
-) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len() + GEO_HEADERS);
-    for (n, v) in headers
-        .iter()
-        .filter(|(n, _)| is_from_client_forwarded(n.as_str()))
-    {
+/// The client's headers a function (and the cloud, on offload) sees: those that may travel,
+/// without the `X-Geo-*` a client could forge and without its `X-Request-Id`. The node's own
+/// context follows them, with the call's request id ([`crate::geo::context`],
+/// [`geofaas_functions::Invocation::sent_headers`]).
+pub fn for_function(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    let travels = |n: &str| is_from_client_forwarded(n) && n != geofaas_config::headers::REQUEST_ID;
+    for (n, v) in headers.iter().filter(|(n, _)| travels(n.as_str())) {
         out.append(HeaderName::clone(n), v.clone());
     }
-    geo::append_context(&mut out, here, client);
     out
 }
-
-/// How many `X-Geo-*` headers [`geo::append_context`] writes at most.
-const GEO_HEADERS: usize = 6;
 
 /// `value` marked as never to be indexed by HTTP/2 header compression. For values that differ
 /// on every answer (request id, `Server-Timing`): adding each to the HPACK table would evict
@@ -141,8 +180,8 @@ pub fn never_indexed(mut value: HeaderValue) -> HeaderValue {
 
 /// The call's id: the client's `X-Request-Id` when it is 1-64 visible ASCII characters, else a
 /// new random one.
-pub fn request_id(headers: &HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(REQUEST_ID) {
+pub fn request_id(sent: Option<&HeaderValue>) -> HeaderValue {
+    if let Some(v) = sent {
         let b = v.as_bytes();
         if !b.is_empty() && b.len() <= 64 && b.iter().all(|c| c.is_ascii_graphic()) {
             return v.clone();
@@ -159,7 +198,9 @@ pub fn request_id(headers: &HeaderMap) -> HeaderValue {
 
 #[cfg(test)]
 mod tests {
+    use super::name::REQUEST_ID;
     use super::*;
+    use crate::geo;
 
     const LIMITS: HeaderLimits = HeaderLimits {
         total: 100,
@@ -198,13 +239,20 @@ mod tests {
         h.insert("x-geo-location", "0,0".parse().unwrap());
         h.insert("x-geo-whatever", "1".parse().unwrap());
         h.insert("x-custom", "kept".parse().unwrap());
+        h.insert(REQUEST_ID, "the-clients".parse().unwrap());
         let id = HeaderValue::from_static("cbd");
         let here = geo::Here {
             id: &id,
             role: geofaas_config::Role::Edge,
             location: None,
         };
-        let out = for_function(&h, here, None);
+        let mut call = geofaas_functions::Invocation::new("f", "", std::time::Duration::ZERO);
+        call.headers = for_function(&h);
+        call.context = geo::context(here, None, &id);
+        let out: HeaderMap = call
+            .sent_headers()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
         assert_eq!(
             out.get_all("x-geo-node").iter().collect::<Vec<_>>(),
             ["cbd"]
@@ -213,20 +261,58 @@ mod tests {
         assert!(out.get("x-geo-location").is_none(), "{out:?}");
         assert!(out.get("x-geo-whatever").is_none(), "{out:?}");
         assert_eq!(out["x-custom"], "kept");
+        // The call's id comes once, from the context (the node's choice of it).
+        assert_eq!(out.get_all(REQUEST_ID).iter().collect::<Vec<_>>(), ["cbd"]);
     }
 
     #[test]
     fn request_ids_are_kept_when_sane_and_made_up_otherwise() {
         let mut h = HeaderMap::new();
         h.insert(REQUEST_ID, "abc-123".parse().unwrap());
-        assert_eq!(request_id(&h), "abc-123");
+        assert_eq!(request_id(Control::scan(&h).request_id), "abc-123");
         h.insert(REQUEST_ID, "a b".parse().unwrap());
-        let id = request_id(&h);
+        let id = request_id(Control::scan(&h).request_id);
         assert_eq!(id.len(), 16);
         assert!(id
             .as_bytes()
             .iter()
             .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')));
-        assert_ne!(request_id(&HeaderMap::new()), request_id(&HeaderMap::new()));
+        assert_ne!(request_id(None), request_id(None));
+    }
+
+    #[test]
+    fn the_scan_finds_each_control_header_and_its_first_value_as_a_lookup_would() {
+        let mut h = HeaderMap::new();
+        h.insert("host", "x".parse().unwrap());
+        for (name, value) in [
+            ("x-request-id", "r1"),
+            ("x-request-id", "r2"),
+            ("x-geofaas-offload", "o"),
+            ("x-client-location", "52.5,13.4"),
+            ("sec-ch-geohash", "\"u33\""),
+            ("x-geofaas-retry", "1"),
+            ("idempotency-key", "k"),
+            ("x-client-id", "phone"),
+            ("prefer", "respond-async"),
+        ] {
+            h.append(HeaderName::from_static(name), value.parse().unwrap());
+        }
+        let c = Control::scan(&h);
+        for (got, name) in [
+            (c.request_id, "x-request-id"),
+            (c.offload, "x-geofaas-offload"),
+            (c.client_location, "x-client-location"),
+            (c.geohash, "sec-ch-geohash"),
+            (c.retry, "x-geofaas-retry"),
+            (c.idempotency_key, "idempotency-key"),
+            (c.client_id, "x-client-id"),
+        ] {
+            assert_eq!(got, h.get(name), "{name}");
+        }
+        assert_eq!(c.request_id.unwrap(), "r1");
+        assert!(c.prefer);
+        let empty = HeaderMap::new();
+        let none = Control::scan(&empty);
+        assert!(none.request_id.is_none() && none.client_id.is_none() && !none.prefer);
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 
 use crate::error::ApiError;
@@ -70,8 +70,8 @@ impl Default for IdempotencyCache {
 }
 
 /// The cache key of a keyed call of `function`, or `None` without the header; 400 for a bad key.
-pub fn key(headers: &HeaderMap, function: &str) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(crate::headers::name::IDEMPOTENCY_KEY) else {
+pub fn key(sent: Option<&HeaderValue>, function: &str) -> Result<Option<String>, ApiError> {
+    let Some(value) = sent else {
         return Ok(None);
     };
     let text = value

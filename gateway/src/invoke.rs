@@ -28,11 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use geofaas_config::LatLon;
-use geofaas_functions::{ContainerChoice, FunctionBackend, Invocation, InvokeError, InvokeOutput};
+use geofaas_functions::{
+    ContainerChoice, Context, FunctionBackend, Invocation, InvokeError, InvokeOutput,
+};
 
 use crate::error::ApiError;
 use crate::headers::name::{
@@ -52,8 +54,10 @@ pub struct Call {
     pub method: Method,
     /// Path and query (forwarded on offload).
     pub path_and_query: String,
-    /// Headers the function may see.
+    /// The client's headers the function may see.
     pub headers: HeaderMap,
+    /// The node's geo context and the request id, sent after them.
+    pub context: Context,
     /// Raw body.
     pub body: Bytes,
     /// Where the client is, when known (the scheduler's source).
@@ -69,6 +73,14 @@ pub struct Call {
     pub pinned: bool,
     /// A stable hash of the caller (percentage rollouts keep a caller on one version).
     pub caller: u64,
+}
+
+impl Call {
+    /// The headers another node receives for it: the client's, then the context.
+    fn sent_headers(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        let context = self.context.iter().map(|(name, value)| (name, value));
+        self.headers.iter().chain(context)
+    }
 }
 
 /// Where a call ran, as `X-Placement` says it.
@@ -230,13 +242,19 @@ impl Outcome {
 
 /// Runs the call here or in the cloud and records its metrics.
 pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
-    let function = call.function.clone();
     let received = call.received;
     let mut predicted = None;
-    let mut outcome = decide_and_run(state, call, &mut predicted).await;
+    let mut outcome = decide_and_run(state, &call, &mut predicted).await;
     outcome.mark();
     let elapsed = received.elapsed();
-    crate::profiles::settle(state, &function, &mut outcome, predicted, received, elapsed);
+    crate::profiles::settle(
+        state,
+        &call.function,
+        &mut outcome,
+        predicted,
+        received,
+        elapsed,
+    );
     if let Some((ran, why)) = outcome.placement() {
         state.telemetry.metrics.placement(ran.label(), why);
         state.telemetry.events.record_latency(elapsed);
@@ -245,7 +263,7 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
     // out of the labels.
     let known = outcome.status() != StatusCode::NOT_FOUND;
     state.telemetry.metrics.call(
-        if known { &function } else { "_unknown" },
+        if known { &call.function } else { "_unknown" },
         outcome.label(),
         outcome.ran(),
         elapsed,
@@ -257,7 +275,7 @@ pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
 /// `predicted` is set to the latency the policy expected when it placed the call.
 async fn decide_and_run(
     state: &Arc<NodeState>,
-    call: Call,
+    call: &Call,
     predicted: &mut Option<f64>,
 ) -> Outcome {
     let here = state.directory.local(&call.function).await;
@@ -328,7 +346,7 @@ async fn decide_and_run(
                 queue: queued,
                 sched,
             };
-            let served = serve_here(state, &here, &facts, &call, deadline, container).await;
+            let served = serve_here(state, &here, &facts, call, deadline, container).await;
             drop(permit);
             match served {
                 Ok((out, kind)) => Outcome::Served {
@@ -359,7 +377,7 @@ async fn decide_and_run(
 /// here, if any (what a [`Refusal::Failed`] answers). Its callers box it: kept out of line, its
 /// futures (the forwards, their retries) do not enlarge every served call's future, which is
 /// moved into place on each call.
-async fn carry_out(state: &NodeState, call: Call, plan: Plan, err: &InvokeError) -> Outcome {
+async fn carry_out(state: &NodeState, call: &Call, plan: Plan, err: &InvokeError) -> Outcome {
     match plan {
         Plan::Offload { reason, why } => offload(state, call, reason, why).await,
         Plan::Forward { neighbor, why } => forward_to_neighbor(state, call, neighbor, why).await,
@@ -381,7 +399,7 @@ fn refuse(refusal: Refusal, function: &str, err: &InvokeError) -> ApiError {
 /// the call reached it leaves the call to the cloud (it cannot have run twice).
 async fn forward_to_neighbor(
     state: &NodeState,
-    call: Call,
+    call: &Call,
     neighbor: usize,
     policy: &'static str,
 ) -> Outcome {
@@ -400,7 +418,7 @@ async fn forward_to_neighbor(
         &target.url,
         &call.method,
         &call.path_and_query,
-        &call.headers,
+        call.sent_headers(),
         call.body.clone(),
         remaining,
     ));
@@ -466,7 +484,7 @@ fn overloaded() -> ApiError {
 /// Sends the call, signed, to the cloud; `why` is the answer's `X-Placement-Reason`.
 async fn offload(
     state: &NodeState,
-    call: Call,
+    call: &Call,
     reason: OffloadReason,
     why: &'static str,
 ) -> Outcome {
@@ -483,8 +501,8 @@ async fn offload(
         cloud.base(),
         &call.method,
         &call.path_and_query,
-        &call.headers,
-        call.body,
+        call.sent_headers(),
+        call.body.clone(),
         remaining,
     ));
     match forward.await {
@@ -530,6 +548,7 @@ async fn serve_here(
             function: call.function.clone(),
             body: call.body.clone(),
             headers: call.headers.clone(),
+            context: call.context.clone(),
             deadline,
             container,
             caller: call.caller,

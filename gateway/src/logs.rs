@@ -144,13 +144,6 @@ async fn forward(
     }
 }
 
-/// The function's headers with the call's `X-Request-Id`, so the lines it prints carry it
-/// (and an offloaded call keeps its id at the cloud).
-pub fn with_request_id(mut headers: HeaderMap, request_id: &HeaderValue) -> HeaderMap {
-    headers.insert(crate::headers::name::REQUEST_ID, request_id.clone());
-    headers
-}
-
 /// The log rings of this node's embedded runtimes.
 fn rings(directory: &Directory) -> Vec<Arc<FunctionLogs>> {
     let backends = directory.backends();

@@ -3,7 +3,7 @@
 //! lands on serves it there (a signed call is never forwarded again).
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Response};
+use axum::http::{HeaderName, HeaderValue, Method, Response};
 use bytes::Bytes;
 use geofaas_config::NodeEntry;
 use std::time::Duration;
@@ -108,7 +108,7 @@ impl NodeLink {
         base: &Url,
         method: &Method,
         path_and_query: &str,
-        headers: &HeaderMap,
+        headers: impl Iterator<Item = (&HeaderName, &HeaderValue)>,
         body: Bytes,
         timeout: Duration,
     ) -> Result<Response<Body>, InvokeError> {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::IntoResponse;
@@ -33,7 +34,7 @@ use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
 use crate::geo::{self, ClientLocation, Source};
-use crate::headers::name::{OFFLOAD, REQUEST_ID, RETRY, SERVED_BY};
+use crate::headers::name::{REQUEST_ID, SERVED_BY};
 use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
@@ -189,7 +190,9 @@ async fn call(
 ) -> Response<Body> {
     let state = live.current();
     let received = Instant::now();
-    let request_id = headers::request_id(req.headers());
+    let (parts, body) = req.into_parts();
+    let control = headers::Control::scan(&parts.headers);
+    let request_id = headers::request_id(control.request_id);
     let span = tracing::debug_span!("call", node = %state.place.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
     let mut seen = crate::events::Seen::new(&state.telemetry.events, &name);
     let mut preconnect = None;
@@ -197,7 +200,9 @@ async fn call(
         state.clone(),
         name,
         client,
-        req,
+        &parts,
+        control,
+        body,
         received,
         request_id.clone(),
         &mut seen,
@@ -221,13 +226,14 @@ async fn handle_call(
     state: Arc<NodeState>,
     name: String,
     client: Option<SocketAddr>,
-    req: Request<Body>,
+    parts: &Parts,
+    control: headers::Control<'_>,
+    body: Body,
     received: Instant,
     request_id: HeaderValue,
     seen: &mut crate::events::Seen,
     preconnect: &mut Option<HeaderValue>,
 ) -> Result<Response<Body>, ApiError> {
-    let (parts, body) = req.into_parts();
     if parts.method != Method::GET && parts.method != Method::POST {
         return Err(ApiError::method_not_allowed());
     }
@@ -237,7 +243,7 @@ async fn handle_call(
     if let Some(addr) = client {
         state.intake.limits.client(addr.ip())?;
     }
-    let signed = signed_by_peer(&state.links, &parts.method, &parts.uri, &parts.headers);
+    let signed = signed_by_peer(&state.links, &parts.method, &parts.uri, control.offload);
     let caller = if signed {
         Caller::Node
     } else {
@@ -251,9 +257,9 @@ async fn handle_call(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let location = locate(&state, &parts.headers, client, signed)?;
+    let location = locate(&state, parts, &control, client, signed)?;
     seen.located(location.as_ref(), signed);
-    let pinned = signed || retried_at_the_cloud(&state.place, &parts.headers);
+    let pinned = signed || retried_at_the_cloud(&state.place, control.retry);
     let route = placement::route(
         &state.place.map,
         &state.place.id,
@@ -273,9 +279,16 @@ async fn handle_call(
     // Served here: track the client, warm the function where it is heading and hint the
     // client to connect there (`prewarm`).
     let (key_id, loc) = (caller.key_id(), location.as_ref());
-    *preconnect =
-        crate::prewarm::observe_call(&state, &parts.headers, key_id, &name, loc, signed, received);
-    let idempotency_key = idempotency::key(&parts.headers, &name)?;
+    *preconnect = crate::prewarm::observe_call(
+        &state,
+        control.client_id,
+        key_id,
+        &name,
+        loc,
+        signed,
+        received,
+    );
+    let idempotency_key = idempotency::key(control.idempotency_key, &name)?;
     let body = body::read(
         &parts.headers,
         body,
@@ -287,21 +300,19 @@ async fn handle_call(
         idempotency_key.map(|k| (k, idempotency::fingerprint(&path_and_query, &body)));
     let call = Call {
         function: name,
-        method: parts.method,
+        method: parts.method.clone(),
         path_and_query,
-        headers: crate::logs::with_request_id(
-            headers::for_function(&parts.headers, here(&state.place), location.as_ref()),
-            &request_id,
-        ),
+        headers: headers::for_function(&parts.headers),
+        context: geo::context(here(&state.place), location.as_ref(), &request_id),
         body,
         location: location.map(|l| l.point),
         received,
         route_time,
         request_id,
         pinned: signed,
-        caller: caller_hash(&parts.headers, caller.key_id(), client),
+        caller: caller_hash(control.client_id, caller.key_id(), client),
     };
-    if crate::activations::wants_async(&parts.headers) {
+    if control.prefer && crate::activations::wants_async(&parts.headers) {
         let owner = caller.key_id().map(str::to_owned);
         return state
             .kept
@@ -311,7 +322,7 @@ async fn handle_call(
     match idempotency_key {
         Some((key, request)) => {
             let run = async { invoke::run(&state, call).await.into_result() };
-            let retry = retried_at_the_cloud(&state.place, &parts.headers);
+            let retry = retried_at_the_cloud(&state.place, control.retry);
             Box::pin(state.kept.idempotency.run(key, request, retry, run)).await
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
@@ -320,10 +331,14 @@ async fn handle_call(
 
 /// Who calls, as a stable hash for percentage rollouts: the client's `X-Client-Id`, else its
 /// API key, else its address.
-fn caller_hash(headers: &HeaderMap, key: Option<&str>, client: Option<SocketAddr>) -> u64 {
+fn caller_hash(
+    client_id: Option<&HeaderValue>,
+    key: Option<&str>,
+    client: Option<SocketAddr>,
+) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = fnv::FnvHasher::default();
-    match (headers.get(crate::headers::name::CLIENT_ID), key, client) {
+    match (client_id, key, client) {
         (Some(id), _, _) => id.as_bytes().hash(&mut h),
         (None, Some(key), _) => key.hash(&mut h),
         (None, None, Some(addr)) => addr.ip().hash(&mut h),
@@ -349,14 +364,15 @@ async fn no_route(uri: Uri) -> ApiError {
 /// that node found ([`geo::from_peer`]): the address here is the peer's, not the client's.
 fn locate(
     state: &NodeState,
-    headers: &HeaderMap,
+    parts: &Parts,
+    control: &headers::Control<'_>,
     client: Option<SocketAddr>,
     signed: bool,
 ) -> Result<Option<ClientLocation>, ApiError> {
     if signed {
-        return Ok(geo::from_peer(headers));
+        return Ok(geo::from_peer(&parts.headers));
     }
-    if let Some(l) = routing::header_location(headers)? {
+    if let Some(l) = routing::header_location(control)? {
         return Ok(Some(l));
     }
     Ok(match (&state.place.locator, client) {
@@ -393,13 +409,18 @@ fn handover(place: &Place, location: &str) -> Result<Response<Body>, ApiError> {
 
 /// A client's explicit retry at the cloud, served there. Only the cloud honours it: an edge
 /// serving it would serve any client outside its area.
-fn retried_at_the_cloud(place: &Place, headers: &HeaderMap) -> bool {
-    place.role == Role::Cloud && headers.get(RETRY).is_some_and(|v| v == "1")
+fn retried_at_the_cloud(place: &Place, retry: Option<&HeaderValue>) -> bool {
+    place.role == Role::Cloud && retry.is_some_and(|v| v == "1")
 }
 
 /// Offloaded by a peer with a valid, fresh signature: served where it lands.
-fn signed_by_peer(links: &Links, method: &Method, uri: &Uri, headers: &HeaderMap) -> bool {
-    if let (Some(key), Some(v)) = (&links.key, headers.get(OFFLOAD)) {
+fn signed_by_peer(
+    links: &Links,
+    method: &Method,
+    uri: &Uri,
+    offload: Option<&HeaderValue>,
+) -> bool {
+    if let (Some(key), Some(v)) = (&links.key, offload) {
         if let Some(from) = v
             .to_str()
             .ok()

@@ -9,13 +9,12 @@
 //! cell spans several nodes' areas (a coarse geohash, or one on a boundary) the call is served
 //! where it lands instead of handed over on a guess.
 
-use axum::http::HeaderMap;
 use geo::Rect;
 use geofaas_config::{Geohash, LatLon, NodeEntry, Role, ServiceMap};
 
 use crate::error::ApiError;
 use crate::geo::{ClientLocation, Source};
-use crate::headers::name::{CLIENT_LOCATION, GEOHASH};
+use crate::headers::Control;
 
 pub use geofaas_config::headers::CLIENT_LOCATION as LOCATION_HEADER;
 pub use geofaas_config::headers::GEOHASH as GEOHASH_HEADER;
@@ -32,8 +31,8 @@ pub enum Route<'a> {
 /// The location the client's headers give: `X-Client-Location`, else `Sec-CH-Geohash`;
 /// `Ok(None)` when it sent neither, a 400 naming the header and value when the first one
 /// present is malformed.
-pub fn header_location(headers: &HeaderMap) -> Result<Option<ClientLocation>, ApiError> {
-    if let Some(value) = headers.get(CLIENT_LOCATION) {
+pub fn header_location(headers: &Control<'_>) -> Result<Option<ClientLocation>, ApiError> {
+    if let Some(value) = headers.client_location {
         let text = value.to_str().map_err(|_| {
             ApiError::bad_header(
                 "X-Client-Location",
@@ -45,7 +44,7 @@ pub fn header_location(headers: &HeaderMap) -> Result<Option<ClientLocation>, Ap
             .map_err(|e| ApiError::bad_header("X-Client-Location", text, e))?;
         return Ok(Some(ClientLocation::point(point, Source::Header, accuracy)));
     }
-    let Some(value) = headers.get(GEOHASH) else {
+    let Some(value) = headers.geohash else {
         return Ok(None);
     };
     let hash = Geohash::from_header(value.as_bytes()).map_err(|e| {

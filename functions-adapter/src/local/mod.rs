@@ -47,9 +47,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use deadpool::managed::{Object, PoolError};
-use geofaas_config::headers::REQUEST_ID;
 use geofaas_config::LocalBackend;
-use http::HeaderMap;
+use http::{HeaderName, HeaderValue};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -599,10 +598,10 @@ impl LocalRuntime {
             manager.prewarm.used();
         }
         let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
-        let headers = headers_json(&call.headers);
+        let headers = headers_json(call.sent_headers());
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());
-        let request_id = call.headers.get(REQUEST_ID).and_then(|v| v.to_str().ok());
+        let request_id = call.request_id();
         let call_fut = worker.call(
             &manager.spec,
             &manager.launch,
@@ -743,7 +742,7 @@ fn write_script(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LocalErro
 
 /// Request headers as the JSON object the bootstraps pass to the function (repeated headers
 /// joined with `, `, values that are not UTF-8 replaced lossily).
-fn headers_json(headers: &HeaderMap) -> Vec<u8> {
+fn headers_json<'a>(headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>) -> Vec<u8> {
     let mut map = serde_json::Map::new();
     for (name, value) in headers {
         let value = String::from_utf8_lossy(value.as_bytes()).into_owned();

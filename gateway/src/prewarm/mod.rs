@@ -31,12 +31,11 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use geofaas_config::{LatLon, PrewarmSettings};
 use moka::sync::Cache;
 
 use crate::geo::ClientLocation;
-use crate::headers::name::CLIENT_ID;
 use crate::node::NodeState;
 use path::Fix;
 
@@ -180,8 +179,8 @@ impl Prewarm {
 
 /// Who the caller is, for tracking: its `X-Client-Id`, else its API key's id; `None`
 /// (never tracked) without either.
-pub fn client_id<'a>(headers: &'a HeaderMap, key_id: Option<&'a str>) -> Option<Vec<u8>> {
-    match (headers.get(CLIENT_ID), key_id) {
+pub fn client_id(sent: Option<&HeaderValue>, key_id: Option<&str>) -> Option<Vec<u8>> {
+    match (sent, key_id) {
         (Some(id), _) if !id.is_empty() => Some([b"id:", id.as_bytes()].concat()),
         (_, Some(key)) => Some([b"key:", key.as_bytes()].concat()),
         _ => None,
@@ -195,7 +194,7 @@ pub fn client_id<'a>(headers: &'a HeaderMap, key_id: Option<&'a str>) -> Option<
 /// signed (forwarded or offloaded) are tracked by that node, not here, and get no hint.
 pub fn observe_call(
     state: &Arc<NodeState>,
-    headers: &HeaderMap,
+    sent_client_id: Option<&HeaderValue>,
     key_id: Option<&str>,
     function: &str,
     location: Option<&ClientLocation>,
@@ -206,7 +205,7 @@ pub fn observe_call(
         return None;
     }
     let location = location?;
-    let id = client_id(headers, key_id);
+    let id = client_id(sent_client_id, key_id);
     let seen = state.scheduling.prewarm.foresee(
         &state.place.map,
         &state.place.id,

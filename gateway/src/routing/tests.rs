@@ -1,4 +1,5 @@
 use super::*;
+use axum::http::HeaderMap;
 use geofaas_config::Topology;
 
 fn map() -> ServiceMap {
@@ -54,18 +55,18 @@ fn serve_handover_and_pinned() {
 fn malformed_location_names_header_and_value() {
     let mut h = HeaderMap::new();
     h.insert(LOCATION_HEADER, "52.5;13.3".parse().unwrap());
-    let err = header_location(&h).unwrap_err();
+    let err = header_location(&Control::scan(&h)).unwrap_err();
     assert_eq!(err.status, 400);
     assert!(
         err.message.contains("X-Client-Location") && err.message.contains("52.5;13.3"),
         "{err}"
     );
     h.insert(LOCATION_HEADER, "91,0".parse().unwrap());
-    assert!(header_location(&h)
+    assert!(header_location(&Control::scan(&h))
         .unwrap_err()
         .message
         .contains("latitude"));
-    assert_eq!(header_location(&HeaderMap::new()).unwrap(), None);
+    assert_eq!(header_location(&Control::default()).unwrap(), None);
 }
 
 /// cbd (2 km circle), carlton (1 km circle, 3.3 km north) and the cloud in Sydney.
@@ -105,8 +106,11 @@ fn melbourne() -> ServiceMap {
 
 fn hash(g: &str) -> ClientLocation {
     let mut h = HeaderMap::new();
-    h.insert(GEOHASH, format!("\"{g}\"").parse().unwrap());
-    header_location(&h).unwrap().unwrap()
+    h.insert(
+        crate::headers::name::GEOHASH,
+        format!("\"{g}\"").parse().unwrap(),
+    );
+    header_location(&Control::scan(&h)).unwrap().unwrap()
 }
 
 fn owner(map: &ServiceMap, g: &str) -> Option<String> {
@@ -175,8 +179,11 @@ fn a_geohash_routes_like_its_cell_and_a_spanning_one_is_served_where_it_lands() 
 #[test]
 fn the_geohash_is_read_after_the_location_header_and_named_when_bad() {
     let mut h = HeaderMap::new();
-    h.insert(GEOHASH, "\"r1r14c9\"".parse().unwrap());
-    let got = header_location(&h).unwrap().unwrap();
+    h.insert(
+        crate::headers::name::GEOHASH,
+        "\"r1r14c9\"".parse().unwrap(),
+    );
+    let got = header_location(&Control::scan(&h)).unwrap().unwrap();
     assert_eq!(got.source, Source::Geohash);
     assert!(got.accuracy_m.unwrap() > 50.0 && got.accuracy_m.unwrap() < 150.0);
     assert!(
@@ -185,7 +192,7 @@ fn the_geohash_is_read_after_the_location_header_and_named_when_bad() {
             < 0.2
     );
     h.insert(LOCATION_HEADER, "52.5,13.4;acc=30".parse().unwrap());
-    let got = header_location(&h).unwrap().unwrap();
+    let got = header_location(&Control::scan(&h)).unwrap().unwrap();
     assert_eq!((got.source, got.accuracy_m), (Source::Header, Some(30.0)));
     assert_eq!(got.cell, None);
     h.remove(LOCATION_HEADER);
@@ -196,8 +203,8 @@ fn the_geohash_is_read_after_the_location_header_and_named_when_bad() {
         "\"R1R14C9\"",
         "\"r1r14c9r1r14c\"",
     ] {
-        h.insert(GEOHASH, bad.parse().unwrap());
-        let err = header_location(&h).unwrap_err();
+        h.insert(crate::headers::name::GEOHASH, bad.parse().unwrap());
+        let err = header_location(&Control::scan(&h)).unwrap_err();
         assert_eq!(err.status, 400, "{bad}");
         assert!(
             err.message.contains("Sec-CH-Geohash") && err.message.contains(bad.trim_matches('"')),
