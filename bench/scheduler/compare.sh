@@ -39,14 +39,19 @@
 #             12 ms of CPU per call on average: half of each edge's quota, in bursts), idle
 #             instances evicted after MIXED_KEEP_ALIVE_S (5) s so rare functions start cold, SLO
 #             MIXED_SLO_MS (1000); the seed is the round, so every policy of a round gets the
-#             same calls.
+#             same calls;
+#   coldmix   mixed with cold starts that cost more than a fork: each new instance of a
+#             generated function spends COLDMIX_INIT_MS (50) ms of CPU at its first call (a model
+#             loaded, a cache filled; `loadtest mixed --init-ms`), 100 ms on an edge's half core,
+#             at COLDMIX_RATE (20) calls per second, otherwise as mixed: where an instance is
+#             started now decides what later calls of that function pay.
 # The load generator is not limited; on a machine that other jobs use as well, read the
 # intervals and each run's uptime.txt.
 #
-# Usage: bench/scheduler/compare.sh     (about 3.5 minutes per round on 2 cores)
+# Usage: bench/scheduler/compare.sh     (about 6 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
 #        PPO_WEIGHTS (see with_policy; empty: each topology's own)
-#        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed"  CLIENTS=4,16
+#        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed coldmix"  CLIENTS=4,16
 #        CALLS=10  HIGHLOAD_BODY  MOBILITY_*  MIXED_*  CAPACITY  QUOTA_<id>  CPUS_<id>
 #        QUOTA_PERIOD_US  LOOPBACK
 set -euo pipefail
@@ -96,7 +101,7 @@ for r in $(seq 1 "$ROUNDS"); do
   n=${#policies[@]}
   order=()
   for i in $(seq 0 $((n - 1))); do order+=("${policies[$(((i + r - 1) % n))]}"); done
-  for w in ${WORKLOADS:-highload mobility mixed}; do
+  for w in ${WORKLOADS:-highload mobility mixed coldmix}; do
     for policy in "${order[@]}"; do
       dir="$OUT/$w/$policy/$r"
       mkdir -p "$dir"
@@ -115,6 +120,10 @@ for r in $(seq 1 "$ROUNDS"); do
         mixed)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
           mixed_load "$variant" "$dir" "$r" ;;
+        coldmix)
+          with_policy "$ROOT/examples/berlin.toml" "$policy"
+          MIXED_INIT_MS=${COLDMIX_INIT_MS:-50} MIXED_RATE=${COLDMIX_RATE:-20} \
+            mixed_load "$variant" "$dir" "$r" ;;
         *) echo "unknown workload $w" >&2; exit 2 ;;
       esac
       rm -f "$variant"; variant=""

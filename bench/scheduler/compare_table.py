@@ -20,6 +20,7 @@ WORKLOADS = {
     "highload": ("berlin-small-edge.toml", "sievehard"),
     "mobility": ("berlin.toml", "sieve"),
     "mixed": ("berlin.toml", None),
+    "coldmix": ("berlin.toml", None),
 }
 ORDER = ["none", "greedy", "ppo"]
 

@@ -26,6 +26,7 @@ mixed_load() {
     --functions "${MIXED_FUNCTIONS:-24}" --zipf "${MIXED_ZIPF:-1.0}" --seed "$seed" \
     --clients-per-edge "${MIXED_CLIENTS:-4}" --calls "${MIXED_CALLS:-800}" \
     --rate "${MIXED_RATE:-40}" --keep-alive-s "${MIXED_KEEP_ALIVE_S:-5}" \
+    --init-ms "${MIXED_INIT_MS:-0}" \
     --slo-ms "${MIXED_SLO_MS:-1000}" --timeout-ms 30000 "$@" \
     --out "$out" > "$out/log.txt" 2>&1
 }

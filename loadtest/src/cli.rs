@@ -237,6 +237,10 @@ pub struct MixedArgs {
     /// Seconds an idle instance is kept before it is stopped (the nodes' `keep_alive_s`).
     #[arg(long, default_value_t = 5)]
     pub keep_alive_s: u64,
+    /// CPU ms each new instance of a generated function spends at its first call before it
+    /// answers (a model loaded, a cache filled: a cold start that costs more than a fork).
+    #[arg(long, default_value_t = 0)]
+    pub init_ms: u64,
     /// Latency objective of every call, ms, for the SLO violations in summary.json.
     #[arg(long, default_value_t = 1000.0)]
     pub slo_ms: f64,

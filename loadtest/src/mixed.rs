@@ -58,19 +58,32 @@ pub fn catalogue(zipf: &Zipf) -> Vec<MixedFunction> {
         .collect()
 }
 
-/// Writes each function of `functions` as a tinyFaaS-format Python folder under `dir`.
-pub fn write_functions(dir: &Path, functions: &[MixedFunction]) -> anyhow::Result<()> {
+/// Writes each function of `functions` as a tinyFaaS-format Python folder under `dir`. With
+/// `init_ms > 0` each instance spends that many ms of CPU at its first call before it answers
+/// (what loading a model or filling a cache costs at first use), so a new instance costs
+/// more than a fork: the runtime's fork server imports a function once, but this work is per
+/// instance.
+pub fn write_functions(
+    dir: &Path,
+    functions: &[MixedFunction],
+    init_ms: u64,
+) -> anyhow::Result<()> {
     for f in functions {
         let folder = dir.join(&f.name);
         std::fs::create_dir_all(&folder)
             .with_context(|| format!("cannot create {}", folder.display()))?;
         let code = format!(
             "\"\"\"{name}: a generated function of `geofaas loadtest mixed` (rank {rank}): counts \
-             the primes below {limit}.\"\"\"\n\nLIMIT = {limit}\n\n\ndef count_primes(limit):\n    \
+             the primes below {limit}.\"\"\"\n\nimport time\n\nLIMIT = {limit}\nINIT_MS = {init_ms}\n\
+             _ready = False\n\n\ndef count_primes(limit):\n    \
              sieve = bytearray([1]) * limit\n    sieve[0:2] = b\"\\x00\\x00\"\n    \
              for i in range(2, int(limit**0.5) + 1):\n        if sieve[i]:\n            \
              sieve[i * i :: i] = bytes(len(range(i * i, limit, i)))\n    return sum(sieve)\n\n\n\
-             def fn(input, headers):\n    return f\"{name}: {{count_primes(LIMIT)}} primes under {{LIMIT}}\"\n",
+             def first_use():\n    \"\"\"INIT_MS ms of CPU, once per instance.\"\"\"\n    \
+             end = time.process_time() + INIT_MS / 1000\n    while time.process_time() < end:\n        \
+             pass\n\n\n\
+             def fn(input, headers):\n    global _ready\n    if not _ready:\n        first_use()\n        \
+             _ready = True\n    return f\"{name}: {{count_primes(LIMIT)}} primes under {{LIMIT}}\"\n",
             name = f.name,
             rank = f.rank,
             limit = f.sieve_limit,
@@ -217,7 +230,7 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.common.out)
         .with_context(|| format!("cannot create {}", args.common.out.display()))?;
     let dir: PathBuf = std::path::absolute(args.common.out.join("functions"))?;
-    write_functions(&dir, &functions)?;
+    write_functions(&dir, &functions, args.init_ms)?;
     let topology = with_functions(
         Topology::load(&args.common.topology)?,
         &dir,
@@ -260,6 +273,7 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
         "seed": args.seed,
         "rate": args.rate,
         "keep_alive_s": args.keep_alive_s,
+        "init_ms": args.init_ms,
         "slo_ms": args.slo_ms,
         "slo_violations": late,
         "cold_starts": cold,
@@ -367,9 +381,9 @@ kind = "local"
         let limits: Vec<u64> = functions.iter().map(|f| f.sieve_limit).collect();
         assert_eq!(limits, [SIEVE_LIMITS, SIEVE_LIMITS].concat());
         let dir = tempfile::tempdir().unwrap();
-        write_functions(dir.path(), &functions).unwrap();
+        write_functions(dir.path(), &functions, 40).unwrap();
         let code = std::fs::read_to_string(dir.path().join("mix02/fn.py")).unwrap();
-        assert!(code.contains("LIMIT = 1000000\n"), "{code}");
+        assert!(code.contains("LIMIT = 1000000\nINIT_MS = 40\n"), "{code}");
         let t = with_functions(lisbon(), dir.path(), 3);
         for n in &t.nodes {
             let BackendConfig::Local(l) = &n.backends[0] else {
