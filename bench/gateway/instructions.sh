@@ -9,7 +9,10 @@
 # Needs: valgrind, h2load, and what run.sh needs.
 # Usage: bench/gateway/instructions.sh [BINARY]      (env: N=3000, PRELOAD=lib.so for LD_PRELOAD,
 #        KEEP=dir to keep the callgrind outputs for callgrind_annotate: cg.out.1 and .2 = h1 N and 2N
-#        calls, cg.out.3 and .4 = h2)
+#        calls, cg.out.3 and .4 = h2; SIM=1 to simulate the caches and branch predictor as well
+#        and print each event's steady-state count per call: data and instruction cache misses
+#        (D1mr, LLd_mr, ...), conditional and indirect branches and their mispredictions (Bc, Bcm,
+#        Bi, Bim); a simulation, not this machine's counters, but the same for both builds)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +23,7 @@ trap 'if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$OUT"/cg.out.* "$KEE
 env_pre=""
 [[ -n "${PRELOAD:-}" ]] && env_pre="env LD_PRELOAD=$PRELOAD"
 printf '#!/bin/sh\nexec %s valgrind -q --tool=callgrind --callgrind-out-file=%s/cg.out %s "$@"\n' \
-  "$env_pre" "$OUT" "$BIN" > "$OUT/wrap.sh"
+  "$env_pre" "$OUT" "${SIM:+--cache-sim=yes --branch-sim=yes} $BIN" > "$OUT/wrap.sh"
 chmod +x "$OUT/wrap.sh"
 cat > "$OUT/load.sh" <<LOAD
 set -e
@@ -48,3 +51,19 @@ for proto in h1 h2; do
   twice=$(count "$((first + 1))")
   echo "$proto: $once instructions for $N calls, $(( once / N )) per call; steady state (without handshakes): $(( (twice - once) / N )) per call"
 done
+if [[ -n "${SIM:-}" ]]; then
+  events() { callgrind_annotate "$OUT/cg.out.$1" 2> /dev/null | awk '/^Events shown:/ {$1 = $2 = ""; print; exit}'; }
+  totals() { # the counts of the PROGRAM TOTALS line, without its percentages
+    callgrind_annotate "$OUT/cg.out.$1" 2> /dev/null |
+      awk '/PROGRAM TOTALS/ {gsub(",", ""); for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+$/) printf "%s ", $i; print ""; exit}'
+  }
+  for proto in h1 h2; do
+    first=$([[ $proto == h1 ]] && echo 1 || echo 3)
+    python3 - "$proto" "$N" "$(events "$first")" "$(totals "$first")" "$(totals "$((first + 1))")" <<'PY'
+import sys
+proto, n, names, once, twice = sys.argv[1], int(sys.argv[2]), *[a.split() for a in sys.argv[3:]]
+print(f"{proto} steady state per call: " + ", ".join(
+    f"{name} {(int(b) - int(a)) / n:.1f}" for name, a, b in zip(names, once, twice)))
+PY
+  done
+fi

@@ -6,7 +6,8 @@
 # with the same certificate: `geofaas node` (topology.toml: one edge node whose only backend is
 # `kind = "tinyfaas"` pointing at the origin) and nginx (proxy.conf: one worker, keep-alive
 # upstream). Load: wrk (HTTPS, HTTP/1.1 keep-alive, POST with an 11-byte body) and h2load (h2),
-# pinned to $LOAD_CPUS, same settings for both proxies; runs alternate gateway/nginx.
+# pinned to $LOAD_CPUS, same settings for both proxies; runs alternate gateway/nginx, every other
+# run in the reverse order.
 # Each measurement is preceded by a warm-up; the report gives the median of $RUNS runs, and the
 # proxy's CPU time per request (from /proc; much less sensitive to other load than req/s).
 #
@@ -173,9 +174,15 @@ measure() { # proxy proto run
 }
 
 echo "proxy cores: $PROXY_CPUS, load+origin cores: $LOAD_CPUS, $RUNS runs x ${DURATION}s" >&2
+# Every other run measures the proxies in the reverse order, so that a drift of the machine's speed
+# during a run (other load, frequency) does not favour the proxy that always comes first.
 for run in $(seq "$RUNS"); do
+  order=("${PROXIES[@]}")
+  if (( run % 2 == 0 )); then
+    order=(); for (( i = ${#PROXIES[@]} - 1; i >= 0; i-- )); do order+=("${PROXIES[$i]}"); done
+  fi
   for proto in h1 h2; do
-    for p in "${PROXIES[@]}"; do
+    for p in "${order[@]}"; do
       echo "run $run $proto $p" >&2
       measure "$p" "$proto" "$run"
     done

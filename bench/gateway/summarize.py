@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Summarise bench/gateway/run.sh outputs: median of the runs per proxy and protocol, and the
-gateway/nginx ratios. Usage: summarize.py RESULTS_DIR DURATION_S"""
+gateway/nginx ratios; with a second gateway build (gwbase), the two builds compared run by run
+(each run measures both back to back, so the machine's drift between runs cancels out).
+Usage: summarize.py RESULTS_DIR DURATION_S"""
 
 import glob
+import math
 import os
+import random
 import re
 import statistics
 import sys
@@ -51,6 +55,7 @@ def h2load(text, log):
 def main():
     results, duration = sys.argv[1], float(sys.argv[2])
     rows = {}
+    runs = {}
     failed = False
     for path in sorted(glob.glob(os.path.join(results, "*-h?-*.txt"))):
         proxy, proto, run = os.path.basename(path)[:-4].split("-")
@@ -73,13 +78,49 @@ def main():
         rows.setdefault((proto, proxy), []).append(
             (rps, p50, p99, util, others, us_per_req, user_us, us_per_req - user_us)
         )
+        runs.setdefault((proto, proxy), {})[int(run)] = (rps, us_per_req)
     report(rows, "all runs")
+    paired(runs)
     quiet = {k: [r for r in v if r[4] <= QUIET] for k, v in rows.items()}
     quiet = {k: v for k, v in quiet.items() if v}
     if quiet and quiet != rows:
         print()
         report(quiet, f"only runs where other processes took at most {QUIET:.0%} of the proxy core")
     sys.exit(1 if failed else 0)
+
+
+def geomean_interval(ratios, n=10_000):
+    """Geometric mean of `ratios` and its 95 % percentile-bootstrap interval (seeded)."""
+    logs = [math.log(r) for r in ratios]
+    rng = random.Random(1)
+    means = sorted(
+        sum(rng.choice(logs) for _ in logs) / len(logs) for _ in range(n)
+    )
+    g = math.exp(sum(logs) / len(logs))
+    return g, math.exp(means[int(0.025 * n)]), math.exp(means[int(0.975 * n) - 1])
+
+
+def paired(runs):
+    """gateway over gwbase, run by run: requests per second and CPU per request."""
+    protos = sorted({p for p, proxy in runs if proxy == "gwbase"})
+    if not protos:
+        return
+    print()
+    print("**gateway over gwbase, paired by run** (geometric mean of the runs' ratios, 95 % bootstrap interval)")
+    print()
+    print("| protocol | runs | req/s ratio (95 % CI) | CPU per request ratio (95 % CI) | req/s ratio per run |")
+    print("|---|---:|---|---|---|")
+    for proto in protos:
+        gw, base = runs.get((proto, "gateway"), {}), runs[(proto, "gwbase")]
+        common = sorted(set(gw) & set(base))
+        if not common:
+            continue
+        rps = [gw[r][0] / base[r][0] for r in common]
+        cpu = [gw[r][1] / base[r][1] for r in common]
+        g, lo, hi = geomean_interval(rps)
+        c, clo, chi = geomean_interval(cpu)
+        each = ", ".join(f"{x:.3f}" for x in rps)
+        print(f"| {proto} | {len(common)} | {g:.3f} ({lo:.3f}-{hi:.3f}) | {c:.3f} ({clo:.3f}-{chi:.3f}) | {each} |")
 
 
 def report(rows, title):
