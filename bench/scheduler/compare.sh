@@ -50,7 +50,9 @@
 #
 # Usage: bench/scheduler/compare.sh     (about 6 minutes per round on 2 cores)
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
-#        PPO_WEIGHTS (see with_policy; empty: each topology's own)
+#        PPO_WEIGHTS (see with_policy; empty: each topology's own)  PPO_MARGIN (`[scheduler]
+#        margin` of every copy: PPO chooses among the options predicted within that fraction
+#        of the best; default 0.25, empty: none)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed coldmix"  CLIENTS=4,16
 #        CALLS=10  HIGHLOAD_BODY  MOBILITY_*  MIXED_*  CAPACITY  QUOTA_<id>  CPUS_<id>
 #        QUOTA_PERIOD_US  LOOPBACK
@@ -85,12 +87,18 @@ trap cleanup EXIT
 if [[ ${CAPACITY:-quota} == quota ]]; then
   PPO_WEIGHTS=${PPO_WEIGHTS-../scheduler/weights/berlin-small-edge-quota.safetensors}
 fi
+# PPO chooses among the options the model predicts within 25 % of the best (docs/scheduler.md,
+# "PPO within the model's margin"); PPO_MARGIN= (empty) lets it choose among all.
+PPO_MARGIN=${PPO_MARGIN-0.25}
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
   local cores weights=()
   mapfile -t cores < <(cores_sed)
   if [[ -n "${PPO_WEIGHTS:-}" ]]; then
     weights=(-e '/^weights = /d' -e "/^policy = /a weights = \"$PPO_WEIGHTS\"")
+  fi
+  if [[ -n "${PPO_MARGIN:-}" ]]; then
+    weights+=(-e '/^margin = /d' -e "/^policy = /a margin = $PPO_MARGIN")
   fi
   sed -e "s/^policy = .*/policy = \"$2\"/" "${cores[@]}" "${weights[@]}" \
       -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"

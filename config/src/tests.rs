@@ -179,6 +179,11 @@ fn validation_names_file_field_and_value() {
             "scheduler.load_interval_ms",
             "0",
         ),
+        (
+            berlin_with("policy = \"none\"", "policy = \"ppo\"\nmargin = -0.5"),
+            "scheduler.margin",
+            "-0.5",
+        ),
     ];
     for (text, field, value) in cases {
         let err = invalid(&text);

@@ -296,6 +296,12 @@ pub struct SchedulerSettings {
     /// that is missing or does not load makes the node use `greedy` (logged once per load).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<PathBuf>,
+    /// Under `ppo`, the actor chooses only among the placements whose predicted latency is
+    /// within this fraction of the best one's (e.g. `0.25`: at most 25 % slower by the
+    /// model); where the model puts an option clearly behind, it is never taken. `0` places
+    /// as greedy does. Default none: the actor chooses among every feasible placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub margin: Option<f64>,
     /// Without a `[registry]`, milliseconds between the load reports each node sends the
     /// edges (signed with the offload secret); a report older than three intervals is
     /// ignored. With a registry its `load_interval_ms` applies. Default 1000.
@@ -312,6 +318,7 @@ impl Default for SchedulerSettings {
         Self {
             policy: SchedulerPolicy::None,
             weights: None,
+            margin: None,
             load_interval_ms: default_load_interval_ms(),
         }
     }
@@ -572,6 +579,13 @@ impl Topology {
                     ));
                 }
             }
+        }
+        if let Some(m) = self.scheduler.margin.filter(|m| !(m.is_finite() && *m >= 0.0)) {
+            return Err(self.invalid(
+                "scheduler.margin".into(),
+                m,
+                "must be a non-negative fraction, e.g. 0.25",
+            ));
         }
         if self.scheduler.load_interval_ms == 0 {
             return Err(self.invalid(

@@ -183,7 +183,10 @@ impl EdgeScheduler {
             SchedulerPolicy::None => return Ok(None),
             SchedulerPolicy::Greedy => (Arc::new(GreedyPolicy::new(link)), "greedy"),
             SchedulerPolicy::Ppo => match load_ppo(topology, link) {
-                Ok(p) => (Arc::new(p), "ppo"),
+                Ok(p) => match topology.scheduler.margin {
+                    Some(m) => (Arc::new(p.with_margin(m)), "ppo"),
+                    None => (Arc::new(p), "ppo"),
+                },
                 Err(e) => {
                     tracing::warn!(node = id, error = %e, "scheduler: PPO weights unusable, using greedy instead");
                     (Arc::new(GreedyPolicy::new(link)), "greedy")

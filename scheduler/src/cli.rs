@@ -154,7 +154,9 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "melbourne")]
     pub topology: String,
     /// Policies to compare: random, nearest, greedy, milp, milp:<window ms>, ppo,
-    /// ppo:<weights file> (several PPO weights side by side).
+    /// ppo:<weights file> (several PPO weights side by side); a PPO policy followed by
+    /// @<margin> (ppo@0.25, ppo:w.safetensors@0.25) chooses only among the options the model
+    /// puts within that fraction of the best (`[scheduler] margin`).
     #[arg(
         long,
         value_delimiter = ',',
@@ -214,11 +216,42 @@ pub fn calibrated_topology(
     Ok(topo)
 }
 
+/// `ppo` (`--weights`, else the topology's shipped weights) or `ppo:<weights file>`.
+fn ppo_policy(
+    name: &str,
+    args: &SimulateArgs,
+    link: crate::model::LinkModel,
+) -> anyhow::Result<PpoPolicy> {
+    if let Some(path) = name.strip_prefix("ppo:") {
+        return Ok(PpoPolicy::load(std::path::Path::new(path), link)?.named(name));
+    }
+    anyhow::ensure!(name == "ppo", "unknown policy {name:?}");
+    Ok(match &args.weights {
+        Some(p) => PpoPolicy::load(p, link)?,
+        None => {
+            let bytes = shipped_weights(&args.topology).with_context(|| {
+                format!("no shipped weights for {}: pass --weights", args.topology)
+            })?;
+            PpoPolicy::from_bytes(bytes, link)?
+        }
+    })
+}
+
 fn make_policy(
     name: &str,
     args: &SimulateArgs,
     link: crate::model::LinkModel,
 ) -> anyhow::Result<Box<dyn Policy>> {
+    if let Some((policy, margin)) = name.rsplit_once('@').filter(|_| name.starts_with("ppo")) {
+        let m: f64 = margin
+            .parse()
+            .ok()
+            .filter(|m: &f64| m.is_finite() && *m >= 0.0)
+            .with_context(|| {
+                format!("{name:?}: the margin after @ must be a non-negative fraction")
+            })?;
+        return Ok(Box::new(ppo_policy(policy, args, link)?.with_margin(m).named(name)));
+    }
     Ok(match name {
         "random" => Box::new(RandomPolicy::new(42)),
         "nearest" => Box::new(NearestPolicy),
@@ -230,18 +263,7 @@ fn make_policy(
                 .with_context(|| format!("{w:?}: the window after milp: is in ms"))?;
             Box::new(MilpPolicy::new(link, ms).named(w))
         }
-        "ppo" => Box::new(match &args.weights {
-            Some(p) => PpoPolicy::load(p, link)?,
-            None => {
-                let bytes = shipped_weights(&args.topology).with_context(|| {
-                    format!("no shipped weights for {}: pass --weights", args.topology)
-                })?;
-                PpoPolicy::from_bytes(bytes, link)?
-            }
-        }),
-        w if w.starts_with("ppo:") => Box::new(
-            PpoPolicy::load(std::path::Path::new(&w["ppo:".len()..]), link)?.named(w),
-        ),
+        w if w == "ppo" || w.starts_with("ppo:") => Box::new(ppo_policy(w, args, link)?),
         other => bail!(
             "unknown policy {other:?} (random, nearest, greedy, milp, milp:<ms>, ppo, ppo:<weights>)"
         ),

@@ -25,6 +25,8 @@ pub const GLOBAL_FEATURES: usize = 8 + OPT_FEATURES;
 pub struct Featurized {
     /// The action behind each slot (`None` = empty, masked).
     pub actions: [Option<Action>; SLOTS],
+    /// The model's latency estimate of each slot's action in ms (ascending; 0 for empty slots).
+    pub totals: [f64; SLOTS],
     /// Per-slot features, row-major `[SLOTS][OPT_FEATURES]`.
     pub options: [[f32; OPT_FEATURES]; SLOTS],
     /// Request-level features for the critic.
@@ -128,6 +130,7 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
     let best = est.first().map_or(0.0, |e| e.0);
     let mut out = Featurized {
         actions: [None; SLOTS],
+        totals: [0.0; SLOTS],
         options: [[0.0; OPT_FEATURES]; SLOTS],
         global: [0.0; GLOBAL_FEATURES],
     };
@@ -140,6 +143,7 @@ pub fn featurize(link: &LinkModel, obs: &Observation) -> Featurized {
             0.0
         };
         out.actions[i] = Some(*a);
+        out.totals[i] = *total;
         out.options[i] = [
             (total / slo).min(20.0),
             (1.0 + total / 10.0).ln(),

@@ -302,6 +302,8 @@ pub struct PpoPolicy {
     fast: Option<Lanes>,
     critic: Mlp,
     name: String,
+    /// See [`PpoPolicy::with_margin`] (`None`: every feasible slot).
+    margin: Option<f64>,
 }
 
 impl PpoPolicy {
@@ -313,6 +315,7 @@ impl PpoPolicy {
             actor,
             critic,
             name: "ppo".into(),
+            margin: None,
         }
     }
 
@@ -335,6 +338,21 @@ impl PpoPolicy {
     pub fn named(mut self, name: &str) -> Self {
         self.name = name.to_owned();
         self
+    }
+
+    /// The same policy choosing only among the options whose estimated latency is within
+    /// `margin` (a fraction, e.g. 0.25) of the best option's: where the model cannot tell
+    /// options apart (its predictions are off by that much), the actor decides; an option the
+    /// model puts clearly behind is never taken. `0` is greedy; a negative or non-finite
+    /// margin leaves every option to the actor.
+    pub fn with_margin(mut self, margin: f64) -> Self {
+        self.margin = (margin.is_finite() && margin >= 0.0).then_some(margin);
+        self
+    }
+
+    /// The margin of [`PpoPolicy::with_margin`], if any.
+    pub fn margin(&self) -> Option<f64> {
+        self.margin
     }
 
     /// The actor network.
@@ -370,7 +388,15 @@ impl Policy for PpoPolicy {
     }
 
     fn decide(&self, obs: &Observation) -> Option<Action> {
-        let f = featurize(&self.link, obs);
+        let mut f = featurize(&self.link, obs);
+        if let Some(m) = self.margin {
+            let limit = f.totals[0] * (1.0 + m);
+            for (a, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
+                if total > limit {
+                    *a = None;
+                }
+            }
+        }
         let Some(fast) = &self.fast else {
             let logits = self.logits(&f);
             return best_slot(&f, &logits);
@@ -584,6 +610,51 @@ mod tests {
             }
         }
         assert!(Lanes::new(&net(&[4, MAX_WIDTH + 1, 1], 0.0)).is_none());
+    }
+
+    #[test]
+    fn a_margin_leaves_the_actor_only_the_options_near_the_best() {
+        use crate::baselines::greedy_decide;
+        use crate::sim::{SimConfig, Simulator};
+        use crate::topology::Topology;
+        use crate::workload::{Workload, WorkloadConfig};
+        let topo = Topology::melbourne();
+        let link = SimConfig::default().link;
+        let weights = crate::cli::shipped_weights("melbourne").expect("shipped");
+        let free = PpoPolicy::from_bytes(weights, link).unwrap();
+        let greedy_like = free.clone().with_margin(0.0);
+        let shielded = free.clone().with_margin(0.25);
+        assert_eq!(free.clone().with_margin(f64::NAN).margin(), None);
+        assert_eq!(free.clone().with_margin(-1.0).margin(), None);
+        let cfg = WorkloadConfig {
+            requests: 800,
+            ..Default::default()
+        };
+        let wl = Workload::for_topology(&topo, (300, 5), &cfg);
+        let mut sim = Simulator::new(&topo, &wl, SimConfig::default());
+        let (mut differ, mut within) = (0, 0);
+        while let Some(obs) = sim.next_observation() {
+            let f = featurize(&link, &obs);
+            let best = f.totals[0];
+            // Margin 0 keeps the best slot (and any tied with it): greedy's estimate.
+            if let Some(a) = greedy_like.decide(&obs) {
+                let g = greedy_decide(&link, &obs).expect("feasible");
+                let est = |a| obs.estimate(&link, a).total();
+                assert!((est(a) - est(g)).abs() < 1e-9, "{a:?} against greedy's {g:?}");
+            }
+            let (a, b) = (free.decide(&obs), shielded.decide(&obs));
+            if let Some(b) = b {
+                let t = obs.estimate(&link, b).total();
+                assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
+                within += usize::from(t > best + 1e-9);
+            }
+            differ += usize::from(a != b);
+            sim.step(a, 0);
+        }
+        // The test can fail: the unshielded actor must take options beyond the margin
+        // somewhere, and the shielded one must still choose among several.
+        assert!(differ > 0, "the margin never changed a decision");
+        assert!(within > 0, "the shielded actor never left the best option");
     }
 
     #[test]
