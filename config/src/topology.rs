@@ -580,7 +580,11 @@ impl Topology {
                 }
             }
         }
-        if let Some(m) = self.scheduler.margin.filter(|m| !(m.is_finite() && *m >= 0.0)) {
+        if let Some(m) = self
+            .scheduler
+            .margin
+            .filter(|m| !(m.is_finite() && *m >= 0.0))
+        {
             return Err(self.invalid(
                 "scheduler.margin".into(),
                 m,

@@ -250,7 +250,9 @@ fn make_policy(
             .with_context(|| {
                 format!("{name:?}: the margin after @ must be a non-negative fraction")
             })?;
-        return Ok(Box::new(ppo_policy(policy, args, link)?.with_margin(m).named(name)));
+        return Ok(Box::new(
+            ppo_policy(policy, args, link)?.with_margin(m).named(name),
+        ));
     }
     Ok(match name {
         "random" => Box::new(RandomPolicy::new(42)),

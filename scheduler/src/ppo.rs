@@ -640,7 +640,10 @@ mod tests {
             if let Some(a) = greedy_like.decide(&obs) {
                 let g = greedy_decide(&link, &obs).expect("feasible");
                 let est = |a| obs.estimate(&link, a).total();
-                assert!((est(a) - est(g)).abs() < 1e-9, "{a:?} against greedy's {g:?}");
+                assert!(
+                    (est(a) - est(g)).abs() < 1e-9,
+                    "{a:?} against greedy's {g:?}"
+                );
             }
             let (a, b) = (free.decide(&obs), shielded.decide(&obs));
             if let Some(b) = b {
