@@ -244,6 +244,13 @@ pub struct MixedArgs {
     /// Latency objective of every call, ms, for the SLO violations in summary.json.
     #[arg(long, default_value_t = 1000.0)]
     pub slo_ms: f64,
+    /// Call every function once at every node before the measured calls (not recorded), then
+    /// wait two probe intervals for the nodes' load reports to carry what they measured: every
+    /// measured call is then placed by the nodes' policies, none is the first call of its
+    /// function, which no policy places (nothing is known of it). Idle instances are still
+    /// evicted after --keep-alive-s, so rare functions still start cold.
+    #[arg(long)]
+    pub warm: bool,
 }
 
 /// Arguments of `geofaas loadtest outage`.

@@ -27,7 +27,7 @@ use crate::client::{CallRequest, GeoClient};
 use crate::mobility::print_result;
 use crate::points::Point;
 use crate::record::{write_csv, LatencyStats, Row, Summary};
-use crate::runner::{run_open_requests, Planned};
+use crate::runner::{run_open_requests, warm_every_node, Planned};
 use crate::zipf::Zipf;
 
 /// The sieve sizes of the generated functions, by rank modulo their number.
@@ -245,6 +245,12 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
         .iter()
         .map(|p| GeoClient::new(&ctx.client_config(p.location)).map(Arc::new))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.warm {
+        let names: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
+        warm_every_node(&ctx, &names).await?;
+        let probe = ctx.topology.dns.probe_interval_ms.max(50);
+        tokio::time::sleep(Duration::from_millis(2 * probe)).await;
+    }
     let pb = ctx.progress(plan.len() as u64, "mixed");
     let started = Instant::now();
     let rows = run_open_requests(&geo, &plan, &requests, &pb, None).await;
@@ -274,6 +280,7 @@ pub async fn run(args: &MixedArgs) -> anyhow::Result<()> {
         "rate": args.rate,
         "keep_alive_s": args.keep_alive_s,
         "init_ms": args.init_ms,
+        "warmed_every_node_first": args.warm,
         "slo_ms": args.slo_ms,
         "slo_violations": late,
         "cold_starts": cold,

@@ -10,13 +10,13 @@ use crate::cli::{Ctx, MobilityArgs};
 use crate::client::{CallRequest, GeoClient};
 use crate::points::read_points;
 use crate::record::{write_csv, LatencyStats, Row, Summary};
-use crate::runner::{run_closed, run_open, Planned};
+use crate::runner::{run_closed, run_open, warm_every_node, Planned};
 
 /// Runs the walk and writes requests.csv, summary.json and mobility.png.
 pub async fn run(ctx: &Ctx, args: &MobilityArgs) -> anyhow::Result<()> {
     let points = read_points(&args.path)?;
     if args.warm {
-        warm_every_node(ctx).await?;
+        warm_every_node(ctx, std::slice::from_ref(&ctx.template.function)).await?;
     }
     let client = Arc::new(GeoClient::new(&ctx.client_config(points[0].location))?);
     let interval = args.rate.map(|r| Duration::from_secs_f64(1.0 / r));
@@ -147,30 +147,6 @@ fn served_by(rows: &[Row]) -> std::collections::BTreeMap<String, u64> {
         *m.entry(r.served_by.clone()).or_insert(0) += 1;
     }
     m
-}
-
-/// One call per node, each from the node's own location, each with a client of its own.
-async fn warm_every_node(ctx: &Ctx) -> anyhow::Result<()> {
-    for node in ctx.map.nodes() {
-        let mut cfg = ctx.client_config(node.location);
-        cfg.entry = node.public_url.clone();
-        let report = GeoClient::new(&cfg)?
-            .call(&crate::client::CallRequest {
-                function: ctx.template.function.clone(),
-                location: Some(node.location),
-                body: ctx.template.body.clone(),
-                idempotency_key: None,
-            })
-            .await;
-        anyhow::ensure!(
-            report.is_success(),
-            "warm-up call at {} failed: {:?} {:?}",
-            node.id,
-            report.status,
-            report.error
-        );
-    }
-    Ok(())
 }
 
 /// Steps whose call was served by another node than the previous answered call, with that node.

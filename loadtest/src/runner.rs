@@ -172,3 +172,34 @@ pub async fn run_open_requests(
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// Calls each of `functions` once at every node, each from the node's own location with a
+/// client of its own, the nodes side by side and each node's calls one after another; none is
+/// recorded. Afterwards every node has run (and measured) every function once, so the calls
+/// that follow are placed by the nodes' policies instead of started wherever they land.
+pub async fn warm_every_node(ctx: &crate::cli::Ctx, functions: &[String]) -> anyhow::Result<()> {
+    let nodes = ctx.map.nodes().iter().map(|node| async move {
+        let mut cfg = ctx.client_config(node.location);
+        cfg.entry = node.public_url.clone();
+        let client = GeoClient::new(&cfg)?;
+        for function in functions {
+            let report = client
+                .call(&CallRequest {
+                    function: function.clone(),
+                    location: Some(node.location),
+                    body: ctx.template.body.clone(),
+                    idempotency_key: None,
+                })
+                .await;
+            anyhow::ensure!(
+                report.is_success(),
+                "warm-up call of {function} at {} failed: {:?} {:?}",
+                node.id,
+                report.status,
+                report.error
+            );
+        }
+        Ok(())
+    });
+    futures::future::try_join_all(nodes).await.map(drop)
+}

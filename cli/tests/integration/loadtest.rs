@@ -378,6 +378,44 @@ async fn client_library_carries_the_body_across_a_handover_over_http2() {
 }
 
 #[test]
+fn mixed_with_warm_has_every_measured_call_placed_by_the_policy() {
+    // Without --warm a function's first call at an edge is not placed (nothing is known of it:
+    // `no_decision`, no `predicted`); with it every node ran every function once before the
+    // measured calls, so each of them carries the policy's prediction.
+    let topology = melbourne(free_ports(), "") + "\n[scheduler]\npolicy = \"greedy\"\n";
+    let (_dir, out) = loadtest(
+        &topology,
+        &[],
+        &[
+            "mixed",
+            "--functions",
+            "6",
+            "--calls",
+            "30",
+            "--rate",
+            "10",
+            "--clients-per-edge",
+            "2",
+            "--seed",
+            "5",
+            "--timeout-ms",
+            "20000",
+            "--warm",
+        ],
+    );
+    let rows = read_csv(&out.join("requests.csv")).unwrap();
+    assert_eq!(rows.len(), 30);
+    for r in &rows {
+        assert!(r.ok(), "{r:?}");
+        assert!(r.server_timing.contains("predicted;dur="), "{r:?}");
+    }
+    assert_eq!(
+        summary(&out)["mode_results"]["warmed_every_node_first"],
+        true
+    );
+}
+
+#[test]
 fn mixed_calls_zipf_popular_functions_from_every_edge_and_rare_ones_start_cold() {
     let topology = melbourne(free_ports(), "");
     let (_dir, out) = loadtest(
