@@ -54,6 +54,8 @@
 #        margin` of every copy: PPO chooses among the options predicted within that fraction
 #        of the best; default 0.25, empty: none)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed coldmix"  CLIENTS=4,16
+#        SEED_BASE (0: mixed's and coldmix's seed is the round plus this; e.g. 100 for
+#        validation runs apart from a comparison's seeds)
 #        CALLS=10  HIGHLOAD_BODY  MOBILITY_*  MIXED_*  CAPACITY  QUOTA_<id>  CPUS_<id>
 #        QUOTA_PERIOD_US  LOOPBACK
 set -euo pipefail
@@ -127,11 +129,11 @@ for r in $(seq 1 "$ROUNDS"); do
           mobility_load "$variant" "$dir" ;;
         mixed)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
-          mixed_load "$variant" "$dir" "$r" ;;
+          mixed_load "$variant" "$dir" "$((r + ${SEED_BASE:-0}))" ;;
         coldmix)
           with_policy "$ROOT/examples/berlin.toml" "$policy"
           MIXED_INIT_MS=${COLDMIX_INIT_MS:-50} MIXED_RATE=${COLDMIX_RATE:-20} \
-            mixed_load "$variant" "$dir" "$r" ;;
+            mixed_load "$variant" "$dir" "$((r + ${SEED_BASE:-0}))" ;;
         *) echo "unknown workload $w" >&2; exit 2 ;;
       esac
       rm -f "$variant"; variant=""
