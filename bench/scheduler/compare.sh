@@ -39,7 +39,10 @@
 #             12 ms of CPU per call on average: half of each edge's quota, in bursts), idle
 #             instances evicted after MIXED_KEEP_ALIVE_S (5) s so rare functions start cold, SLO
 #             MIXED_SLO_MS (1000); the seed is the round, so every policy of a round gets the
-#             same calls;
+#             same calls; every function is first called once at every node, unrecorded
+#             (`--warm`; MIXED_WARM=0: not), so every measured call is placed by the policy
+#             instead of the run opening with the same unplaced burst of first calls whatever
+#             the policy (docs/scheduler.md, "warmed mixed workloads");
 #   coldmix   mixed with cold starts that cost more than a fork: each new instance of a
 #             generated function spends COLDMIX_INIT_MS (50) ms of CPU at its first call (a model
 #             loaded, a cache filled; `loadtest mixed --init-ms`), 100 ms on an edge's half core,
