@@ -651,11 +651,12 @@ mod tests {
                 assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
                 within += usize::from(t > best + 1e-9);
             }
-            differ += usize::from(a != b);
+            differ += usize::from(a != greedy_like.decide(&obs));
             sim.step(a, 0);
         }
-        // The test can fail: the unshielded actor must take options beyond the margin
-        // somewhere, and the shielded one must still choose among several.
+        // The test can fail: the unshielded actor must leave the best option somewhere (so a
+        // margin of 0 changes its decisions), and the shielded one must still choose among
+        // several.
         assert!(differ > 0, "the margin never changed a decision");
         assert!(within > 0, "the shielded actor never left the best option");
     }
