@@ -184,6 +184,14 @@ fn validation_names_file_field_and_value() {
             "scheduler.margin",
             "-0.5",
         ),
+        (
+            berlin_with(
+                "policy = \"none\"",
+                "policy = \"ppo\"\nmargin = 0.25\nwarm_margin = inf",
+            ),
+            "scheduler.warm_margin",
+            "inf",
+        ),
     ];
     for (text, field, value) in cases {
         let err = invalid(&text);

@@ -302,6 +302,13 @@ pub struct SchedulerSettings {
     /// as greedy does. Default none: the actor chooses among every feasible placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
+    /// Under `margin`, a narrower one for the placements that leave nothing for later calls
+    /// (a warm instance, or a new one where an idle one waits): they cost now and buy nothing,
+    /// so the actor may take them only this far behind the best (e.g. `0.05`). A placement
+    /// that starts the node's first instance of the function that may idle keeps `margin`.
+    /// Default none: `margin` for every placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_margin: Option<f64>,
     /// Without a `[registry]`, milliseconds between the load reports each node sends the
     /// edges (signed with the offload secret); a report older than three intervals is
     /// ignored. With a registry its `load_interval_ms` applies. Default 1000.
@@ -319,6 +326,7 @@ impl Default for SchedulerSettings {
             policy: SchedulerPolicy::None,
             weights: None,
             margin: None,
+            warm_margin: None,
             load_interval_ms: default_load_interval_ms(),
         }
     }
@@ -580,16 +588,17 @@ impl Topology {
                 }
             }
         }
-        if let Some(m) = self
-            .scheduler
-            .margin
-            .filter(|m| !(m.is_finite() && *m >= 0.0))
-        {
-            return Err(self.invalid(
-                "scheduler.margin".into(),
-                m,
-                "must be a non-negative fraction, e.g. 0.25",
-            ));
+        for (field, margin) in [
+            ("margin", self.scheduler.margin),
+            ("warm_margin", self.scheduler.warm_margin),
+        ] {
+            if let Some(m) = margin.filter(|m| !(m.is_finite() && *m >= 0.0)) {
+                return Err(self.invalid(
+                    format!("scheduler.{field}"),
+                    m,
+                    "must be a non-negative fraction, e.g. 0.25",
+                ));
+            }
         }
         if self.scheduler.load_interval_ms == 0 {
             return Err(self.invalid(

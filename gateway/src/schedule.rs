@@ -183,10 +183,15 @@ impl EdgeScheduler {
             SchedulerPolicy::None => return Ok(None),
             SchedulerPolicy::Greedy => (Arc::new(GreedyPolicy::new(link)), "greedy"),
             SchedulerPolicy::Ppo => match load_ppo(topology, link) {
-                Ok(p) => match topology.scheduler.margin {
-                    Some(m) => (Arc::new(p.with_margin(m)), "ppo"),
-                    None => (Arc::new(p), "ppo"),
-                },
+                Ok(p) => {
+                    let s = &topology.scheduler;
+                    let p = match (s.margin, s.warm_margin) {
+                        (Some(m), Some(w)) => p.with_margin(m).with_warm_margin(w),
+                        (Some(m), None) => p.with_margin(m),
+                        (None, _) => p,
+                    };
+                    (Arc::new(p), "ppo")
+                }
                 Err(e) => {
                     tracing::warn!(node = id, error = %e, "scheduler: PPO weights unusable, using greedy instead");
                     (Arc::new(GreedyPolicy::new(link)), "greedy")

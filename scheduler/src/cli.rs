@@ -156,7 +156,9 @@ pub struct SimulateArgs {
     /// Policies to compare: random, nearest, greedy, milp, milp:<window ms>, ppo,
     /// ppo:<weights file> (several PPO weights side by side); a PPO policy followed by
     /// @<margin> (ppo@0.25, ppo:w.safetensors@0.25) chooses only among the options the model
-    /// puts within that fraction of the best (`[scheduler] margin`).
+    /// puts within that fraction of the best (`[scheduler] margin`); @<margin>/<warm margin>
+    /// (ppo@0.25/0.05) narrows it for the options that start no instance later calls could
+    /// reuse (`[scheduler] warm_margin`).
     #[arg(
         long,
         value_delimiter = ',',
@@ -242,17 +244,24 @@ fn make_policy(
     args: &SimulateArgs,
     link: crate::model::LinkModel,
 ) -> anyhow::Result<Box<dyn Policy>> {
-    if let Some((policy, margin)) = name.rsplit_once('@').filter(|_| name.starts_with("ppo")) {
-        let m: f64 = margin
-            .parse()
-            .ok()
-            .filter(|m: &f64| m.is_finite() && *m >= 0.0)
-            .with_context(|| {
-                format!("{name:?}: the margin after @ must be a non-negative fraction")
-            })?;
-        return Ok(Box::new(
-            ppo_policy(policy, args, link)?.with_margin(m).named(name),
-        ));
+    if let Some((policy, margins)) = name.rsplit_once('@').filter(|_| name.starts_with("ppo")) {
+        let fraction = |text: &str| {
+            text.parse()
+                .ok()
+                .filter(|m: &f64| m.is_finite() && *m >= 0.0)
+                .with_context(|| {
+                    format!("{name:?}: {text:?} after @ must be a non-negative fraction (@0.25 or @0.25/0.05)")
+                })
+        };
+        let (margin, warm) = match margins.split_once('/') {
+            Some((m, w)) => (fraction(m)?, Some(fraction(w)?)),
+            None => (fraction(margins)?, None),
+        };
+        let mut p = ppo_policy(policy, args, link)?.with_margin(margin);
+        if let Some(w) = warm {
+            p = p.with_warm_margin(w);
+        }
+        return Ok(Box::new(p.named(name)));
     }
     Ok(match name {
         "random" => Box::new(RandomPolicy::new(42)),

@@ -304,6 +304,8 @@ pub struct PpoPolicy {
     name: String,
     /// See [`PpoPolicy::with_margin`] (`None`: every feasible slot).
     margin: Option<f64>,
+    /// See [`PpoPolicy::with_warm_margin`] (`None`: `margin`).
+    warm_margin: Option<f64>,
 }
 
 impl PpoPolicy {
@@ -316,6 +318,7 @@ impl PpoPolicy {
             critic,
             name: "ppo".into(),
             margin: None,
+            warm_margin: None,
         }
     }
 
@@ -355,6 +358,23 @@ impl PpoPolicy {
         self.margin
     }
 
+    /// Under a margin ([`PpoPolicy::with_margin`]), a narrower one for the options that leave
+    /// nothing behind for later calls: a warm instance (idle, or queued behind a busy one) or
+    /// a new one beside an idle one. Paying now for such an option buys nothing later, so
+    /// where the model is right about it (its bias small) it only costs; an option that
+    /// starts the function's first idle-capable instance at a node keeps the wide margin,
+    /// since later calls may reuse what it starts. A negative or non-finite value leaves the
+    /// one margin for every option.
+    pub fn with_warm_margin(mut self, margin: f64) -> Self {
+        self.warm_margin = (margin.is_finite() && margin >= 0.0).then_some(margin);
+        self
+    }
+
+    /// The margin of [`PpoPolicy::with_warm_margin`], if any.
+    pub fn warm_margin(&self) -> Option<f64> {
+        self.warm_margin
+    }
+
     /// The actor network.
     pub fn actor(&self) -> &Mlp {
         &self.actor
@@ -390,10 +410,12 @@ impl Policy for PpoPolicy {
     fn decide(&self, obs: &Observation) -> Option<Action> {
         let mut f = featurize(&self.link, obs);
         if let Some(m) = self.margin {
-            let limit = f.totals[0] * (1.0 + m);
-            for (a, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
-                if total > limit {
-                    *a = None;
+            let warm = self.warm_margin.unwrap_or(m);
+            for (slot, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
+                let Some(a) = *slot else { continue };
+                let builds = a.new_container && obs.candidates[a.candidate].idle == 0;
+                if total > f.totals[0] * (1.0 + if builds { m } else { warm }) {
+                    *slot = None;
                 }
             }
         }
@@ -624,6 +646,8 @@ mod tests {
         let free = PpoPolicy::from_bytes(weights, link).unwrap();
         let greedy_like = free.clone().with_margin(0.0);
         let shielded = free.clone().with_margin(0.25);
+        let two = shielded.clone().with_warm_margin(0.05);
+        assert_eq!(shielded.clone().with_warm_margin(-1.0).warm_margin(), None);
         assert_eq!(free.clone().with_margin(f64::NAN).margin(), None);
         assert_eq!(free.clone().with_margin(-1.0).margin(), None);
         let cfg = WorkloadConfig {
@@ -632,7 +656,7 @@ mod tests {
         };
         let wl = Workload::for_topology(&topo, (300, 5), &cfg);
         let mut sim = Simulator::new(&topo, &wl, SimConfig::default());
-        let (mut differ, mut within) = (0, 0);
+        let (mut differ, mut within, mut built, mut narrowed) = (0, 0, 0, 0);
         while let Some(obs) = sim.next_observation() {
             let f = featurize(&link, &obs);
             let best = f.totals[0];
@@ -651,6 +675,20 @@ mod tests {
                 assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
                 within += usize::from(t > best + 1e-9);
             }
+            // Under the warm margin, an option more than 5 % behind the best must start the
+            // function's first instance that may idle at its node.
+            if let Some(c) = two.decide(&obs) {
+                let t = obs.estimate(&link, c).total();
+                assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
+                if t > best * 1.05 + 1e-9 {
+                    assert!(
+                        c.new_container && obs.candidates[c.candidate].idle == 0,
+                        "{c:?}: {t} ms against the best {best} ms and nothing built"
+                    );
+                    built += 1;
+                }
+                narrowed += usize::from(Some(c) != b);
+            }
             differ += usize::from(a != greedy_like.decide(&obs));
             sim.step(a, 0);
         }
@@ -659,6 +697,13 @@ mod tests {
         // several.
         assert!(differ > 0, "the margin never changed a decision");
         assert!(within > 0, "the shielded actor never left the best option");
+        // And the warm margin must both narrow some choices and leave the wide one to some
+        // new instances.
+        assert!(narrowed > 0, "the warm margin never changed a decision");
+        assert!(
+            built > 0,
+            "no new instance was ever taken beyond the warm margin"
+        );
     }
 
     #[test]
