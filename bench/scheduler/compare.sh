@@ -55,9 +55,9 @@
 #   env: BIN (default $CARGO_TARGET_DIR or target, release/geofaas)  OUT (out/scheduler-compare)
 #        PPO_WEIGHTS (see with_policy; empty: each topology's own)  PPO_MARGIN (`[scheduler]
 #        margin` of every copy: PPO chooses among the options predicted within that fraction
-#        of the best; default 0.25, empty: none)  PPO_WARM_MARGIN (`[scheduler]
-#        warm_margin`: the narrower margin of options that start no instance later calls could
-#        reuse; default 0.05, empty: PPO_MARGIN for every option)
+#        of the best; default 0.25, empty: none)  PPO_BUSY_MARGIN (`[scheduler]
+#        busy_margin`: the narrower margin of options on a node busy with other calls; default
+#        0.05, empty: PPO_MARGIN for every option)
 #        ROUNDS=5  POLICIES="none greedy ppo"  WORKLOADS="highload mobility mixed coldmix"  CLIENTS=4,16
 #        SEED_BASE (0: mixed's and coldmix's seed is the round plus this; e.g. 100 for
 #        validation runs apart from a comparison's seeds)
@@ -97,10 +97,10 @@ fi
 # PPO chooses among the options the model predicts within 25 % of the best (docs/scheduler.md,
 # "PPO within the model's margin"); PPO_MARGIN= (empty) lets it choose among all.
 PPO_MARGIN=${PPO_MARGIN-0.25}
-# Options that leave nothing for later calls (a warm instance, a new one beside an idle one)
-# only within 5 % of the best: on high load the wide margin let PPO keep calls at edges the
-# model rightly put 25 % behind (docs/scheduler.md, "warm margin").
-PPO_WARM_MARGIN=${PPO_WARM_MARGIN-0.05}
+# Options on a node busy with other calls only within 5 % of the best: on high load the wide
+# margin let PPO keep calls at busy edges the model rightly put 25 % behind (docs/scheduler.md,
+# "The busy margin").
+PPO_BUSY_MARGIN=${PPO_BUSY_MARGIN-0.05}
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
   local cores weights=()
@@ -111,8 +111,8 @@ with_policy() {
   if [[ -n "${PPO_MARGIN:-}" ]]; then
     weights+=(-e '/^margin = /d' -e "/^policy = /a margin = $PPO_MARGIN")
   fi
-  if [[ -n "${PPO_MARGIN:-}" && -n "${PPO_WARM_MARGIN:-}" ]]; then
-    weights+=(-e '/^warm_margin = /d' -e "/^policy = /a warm_margin = $PPO_WARM_MARGIN")
+  if [[ -n "${PPO_MARGIN:-}" && -n "${PPO_BUSY_MARGIN:-}" ]]; then
+    weights+=(-e '/^busy_margin = /d' -e "/^policy = /a busy_margin = $PPO_BUSY_MARGIN")
   fi
   sed -e "s/^policy = .*/policy = \"$2\"/" "${cores[@]}" "${weights[@]}" \
       -e "s/127\.0\.0\.1\([0-9]\):8443/${LOOPBACK:-127.0.0.1}\1:8443/g" "$1" > "$variant"

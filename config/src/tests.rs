@@ -187,9 +187,9 @@ fn validation_names_file_field_and_value() {
         (
             berlin_with(
                 "policy = \"none\"",
-                "policy = \"ppo\"\nmargin = 0.25\nwarm_margin = inf",
+                "policy = \"ppo\"\nmargin = 0.25\nbusy_margin = inf",
             ),
-            "scheduler.warm_margin",
+            "scheduler.busy_margin",
             "inf",
         ),
     ];

@@ -302,13 +302,13 @@ pub struct SchedulerSettings {
     /// as greedy does. Default none: the actor chooses among every feasible placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
-    /// Under `margin`, a narrower one for the placements that leave nothing for later calls
-    /// (a warm instance, or a new one where an idle one waits): they cost now and buy nothing,
-    /// so the actor may take them only this far behind the best (e.g. `0.05`). A placement
-    /// that starts the node's first instance of the function that may idle keeps `margin`.
-    /// Default none: `margin` for every placement.
+    /// Under `margin`, a narrower one for the placements on a busy node: where the call
+    /// would share the node's cores with calls running there, or wait behind a busy instance
+    /// (it slows the calls it joins too, which its own predicted latency does not count), so
+    /// the actor may take them only this far behind the best (e.g. `0.05`). A placement on a
+    /// node with room keeps `margin`. Default none: `margin` for every placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm_margin: Option<f64>,
+    pub busy_margin: Option<f64>,
     /// Without a `[registry]`, milliseconds between the load reports each node sends the
     /// edges (signed with the offload secret); a report older than three intervals is
     /// ignored. With a registry its `load_interval_ms` applies. Default 1000.
@@ -326,7 +326,7 @@ impl Default for SchedulerSettings {
             policy: SchedulerPolicy::None,
             weights: None,
             margin: None,
-            warm_margin: None,
+            busy_margin: None,
             load_interval_ms: default_load_interval_ms(),
         }
     }
@@ -590,7 +590,7 @@ impl Topology {
         }
         for (field, margin) in [
             ("margin", self.scheduler.margin),
-            ("warm_margin", self.scheduler.warm_margin),
+            ("busy_margin", self.scheduler.busy_margin),
         ] {
             if let Some(m) = margin.filter(|m| !(m.is_finite() && *m >= 0.0)) {
                 return Err(self.invalid(

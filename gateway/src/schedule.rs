@@ -185,8 +185,8 @@ impl EdgeScheduler {
             SchedulerPolicy::Ppo => match load_ppo(topology, link) {
                 Ok(p) => {
                     let s = &topology.scheduler;
-                    let p = match (s.margin, s.warm_margin) {
-                        (Some(m), Some(w)) => p.with_margin(m).with_warm_margin(w),
+                    let p = match (s.margin, s.busy_margin) {
+                        (Some(m), Some(w)) => p.with_margin(m).with_busy_margin(w),
                         (Some(m), None) => p.with_margin(m),
                         (None, _) => p,
                     };

@@ -157,8 +157,7 @@ pub struct SimulateArgs {
     /// ppo:<weights file> (several PPO weights side by side); a PPO policy followed by
     /// @<margin> (ppo@0.25, ppo:w.safetensors@0.25) chooses only among the options the model
     /// puts within that fraction of the best (`[scheduler] margin`); @<margin>/<warm margin>
-    /// (ppo@0.25/0.05) narrows it for the options that start no instance later calls could
-    /// reuse (`[scheduler] warm_margin`).
+    /// (ppo@0.25/0.05) narrows it for the options on a busy node (`[scheduler] busy_margin`).
     #[arg(
         long,
         value_delimiter = ',',
@@ -259,7 +258,7 @@ fn make_policy(
         };
         let mut p = ppo_policy(policy, args, link)?.with_margin(margin);
         if let Some(w) = warm {
-            p = p.with_warm_margin(w);
+            p = p.with_busy_margin(w);
         }
         return Ok(Box::new(p.named(name)));
     }

@@ -304,8 +304,8 @@ pub struct PpoPolicy {
     name: String,
     /// See [`PpoPolicy::with_margin`] (`None`: every feasible slot).
     margin: Option<f64>,
-    /// See [`PpoPolicy::with_warm_margin`] (`None`: `margin`).
-    warm_margin: Option<f64>,
+    /// See [`PpoPolicy::with_busy_margin`] (`None`: `margin`).
+    busy_margin: Option<f64>,
 }
 
 impl PpoPolicy {
@@ -318,7 +318,7 @@ impl PpoPolicy {
             critic,
             name: "ppo".into(),
             margin: None,
-            warm_margin: None,
+            busy_margin: None,
         }
     }
 
@@ -358,21 +358,22 @@ impl PpoPolicy {
         self.margin
     }
 
-    /// Under a margin ([`PpoPolicy::with_margin`]), a narrower one for the options that leave
-    /// nothing behind for later calls: a warm instance (idle, or queued behind a busy one) or
-    /// a new one beside an idle one. Paying now for such an option buys nothing later, so
-    /// where the model is right about it (its bias small) it only costs; an option that
-    /// starts the function's first idle-capable instance at a node keeps the wide margin,
-    /// since later calls may reuse what it starts. A negative or non-finite value leaves the
-    /// one margin for every option.
-    pub fn with_warm_margin(mut self, margin: f64) -> Self {
-        self.warm_margin = (margin.is_finite() && margin >= 0.0).then_some(margin);
+    /// Under a margin ([`PpoPolicy::with_margin`]), a narrower one for the options on a busy
+    /// node: where the call would share the node's cores with calls already running there
+    /// (its measured queueing term is above zero) or wait behind a busy instance. Such an
+    /// option slows the calls it joins as well as its own, which the model's latency of this
+    /// call does not count, so the actor may take it only this far behind the best; an option
+    /// on a node with room keeps the wide margin (a warm call there keeps its instance from
+    /// being evicted, a new one starts what later calls reuse). A negative or non-finite
+    /// value leaves the one margin for every option.
+    pub fn with_busy_margin(mut self, margin: f64) -> Self {
+        self.busy_margin = (margin.is_finite() && margin >= 0.0).then_some(margin);
         self
     }
 
-    /// The margin of [`PpoPolicy::with_warm_margin`], if any.
-    pub fn warm_margin(&self) -> Option<f64> {
-        self.warm_margin
+    /// The margin of [`PpoPolicy::with_busy_margin`], if any.
+    pub fn busy_margin(&self) -> Option<f64> {
+        self.busy_margin
     }
 
     /// The actor network.
@@ -410,11 +411,14 @@ impl Policy for PpoPolicy {
     fn decide(&self, obs: &Observation) -> Option<Action> {
         let mut f = featurize(&self.link, obs);
         if let Some(m) = self.margin {
-            let warm = self.warm_margin.unwrap_or(m);
+            let narrow = self.busy_margin.unwrap_or(m);
             for (slot, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
                 let Some(a) = *slot else { continue };
-                let builds = a.new_container && obs.candidates[a.candidate].idle == 0;
-                if total > f.totals[0] * (1.0 + if builds { m } else { warm }) {
+                let busy = obs.queues(a)
+                    || obs.candidates[a.candidate]
+                        .measured
+                        .is_some_and(|m| m.queue_ms > 0.0);
+                if total > f.totals[0] * (1.0 + if busy { narrow } else { m }) {
                     *slot = None;
                 }
             }
@@ -646,8 +650,8 @@ mod tests {
         let free = PpoPolicy::from_bytes(weights, link).unwrap();
         let greedy_like = free.clone().with_margin(0.0);
         let shielded = free.clone().with_margin(0.25);
-        let two = shielded.clone().with_warm_margin(0.05);
-        assert_eq!(shielded.clone().with_warm_margin(-1.0).warm_margin(), None);
+        let two = shielded.clone().with_busy_margin(0.05);
+        assert_eq!(shielded.clone().with_busy_margin(-1.0).busy_margin(), None);
         assert_eq!(free.clone().with_margin(f64::NAN).margin(), None);
         assert_eq!(free.clone().with_margin(-1.0).margin(), None);
         let cfg = WorkloadConfig {
@@ -656,7 +660,7 @@ mod tests {
         };
         let wl = Workload::for_topology(&topo, (300, 5), &cfg);
         let mut sim = Simulator::new(&topo, &wl, SimConfig::default());
-        let (mut differ, mut within, mut built, mut narrowed) = (0, 0, 0, 0);
+        let (mut differ, mut within, mut roomy, mut narrowed) = (0, 0, 0, 0);
         while let Some(obs) = sim.next_observation() {
             let f = featurize(&link, &obs);
             let best = f.totals[0];
@@ -675,17 +679,18 @@ mod tests {
                 assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
                 within += usize::from(t > best + 1e-9);
             }
-            // Under the warm margin, an option more than 5 % behind the best must start the
-            // function's first instance that may idle at its node.
+            // Under the busy margin, an option more than 5 % behind the best must be on a
+            // node with room: no queueing behind a busy instance (the simulator's nodes have
+            // no measured sharing term).
             if let Some(c) = two.decide(&obs) {
                 let t = obs.estimate(&link, c).total();
                 assert!(t <= best * 1.25 + 1e-9, "{t} ms against the best {best} ms");
                 if t > best * 1.05 + 1e-9 {
                     assert!(
-                        c.new_container && obs.candidates[c.candidate].idle == 0,
-                        "{c:?}: {t} ms against the best {best} ms and nothing built"
+                        !obs.queues(c),
+                        "{c:?}: {t} ms against the best {best} ms, queued"
                     );
-                    built += 1;
+                    roomy += 1;
                 }
                 narrowed += usize::from(Some(c) != b);
             }
@@ -697,12 +702,12 @@ mod tests {
         // several.
         assert!(differ > 0, "the margin never changed a decision");
         assert!(within > 0, "the shielded actor never left the best option");
-        // And the warm margin must both narrow some choices and leave the wide one to some
-        // new instances.
-        assert!(narrowed > 0, "the warm margin never changed a decision");
+        // And the busy margin must both narrow some choices and leave the wide one to some
+        // options on nodes with room.
+        assert!(narrowed > 0, "the busy margin never changed a decision");
         assert!(
-            built > 0,
-            "no new instance was ever taken beyond the warm margin"
+            roomy > 0,
+            "no option on a node with room was taken beyond the busy margin"
         );
     }
 
