@@ -376,6 +376,22 @@ impl PpoPolicy {
         self.busy_margin
     }
 
+    /// Masks the slots of `f` outside the margins (none without a margin; the best slot never).
+    fn shield(&self, obs: &Observation, f: &mut Featurized) {
+        let Some(m) = self.margin else { return };
+        let narrow = self.busy_margin.unwrap_or(m);
+        for (slot, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
+            let Some(a) = *slot else { continue };
+            let busy = obs.queues(a)
+                || obs.candidates[a.candidate]
+                    .measured
+                    .is_some_and(|m| m.queue_ms > 0.0);
+            if total > f.totals[0] * (1.0 + if busy { narrow } else { m }) {
+                *slot = None;
+            }
+        }
+    }
+
     /// The actor network.
     pub fn actor(&self) -> &Mlp {
         &self.actor
@@ -410,19 +426,7 @@ impl Policy for PpoPolicy {
 
     fn decide(&self, obs: &Observation) -> Option<Action> {
         let mut f = featurize(&self.link, obs);
-        if let Some(m) = self.margin {
-            let narrow = self.busy_margin.unwrap_or(m);
-            for (slot, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
-                let Some(a) = *slot else { continue };
-                let busy = obs.queues(a)
-                    || obs.candidates[a.candidate]
-                        .measured
-                        .is_some_and(|m| m.queue_ms > 0.0);
-                if total > f.totals[0] * (1.0 + if busy { narrow } else { m }) {
-                    *slot = None;
-                }
-            }
-        }
+        self.shield(obs, &mut f);
         let Some(fast) = &self.fast else {
             let logits = self.logits(&f);
             return best_slot(&f, &logits);
@@ -709,6 +713,85 @@ mod tests {
             roomy > 0,
             "no option on a node with room was taken beyond the busy margin"
         );
+    }
+
+    #[test]
+    fn the_busy_margin_masks_only_options_on_busy_nodes() {
+        use crate::model::{FunctionProfile, GeoPoint, NodeSpec};
+        use crate::{Candidate, Measured, RequestInfo};
+        let link = crate::sim::SimConfig::default().link;
+        let here = GeoPoint::new(52.52, 13.40);
+        // Warm everywhere; measured: the best at 100 ms, a roomy node 20 % behind, a busy one
+        // (calls share its cores) 20 % behind, and one 40 % behind.
+        let node = |exec_ms, queue_ms| Candidate {
+            node: NodeSpec {
+                location: here,
+                cores: 4.0,
+                ghz: 2.4,
+                memory_mb: 8192.0,
+                bandwidth_mbps: 1000.0,
+                access_ms: 0.0,
+            },
+            free_cores: 4.0,
+            free_memory_mb: 4096.0,
+            evictable_memory_mb: 0.0,
+            blocked_cold_ms: 0.0,
+            idle: 1,
+            busy: 0,
+            wait_ms: 0.0,
+            measured: Some(Measured {
+                cold_ms: 1000.0,
+                exec_ms,
+                link_ms: 0.0,
+                queue_ms,
+            }),
+        };
+        let obs = Observation {
+            request: RequestInfo {
+                function_id: 0,
+                profile: FunctionProfile {
+                    cpu_ms: 50.0,
+                    cores: 1.0,
+                    memory_mb: 128.0,
+                    image_mb: 50.0,
+                    init_ms: 100.0,
+                    input_kb: 1.0,
+                    slo_ms: 1000.0,
+                },
+                source: here,
+                input_kb: 1.0,
+                slo_ms: 1000.0,
+            },
+            candidates: vec![
+                node(100.0, 0.0),
+                node(120.0, 0.0),
+                node(100.0, 20.0),
+                node(140.0, 0.0),
+            ],
+        };
+        let weights = crate::cli::shipped_weights("melbourne").expect("shipped");
+        let p = PpoPolicy::from_bytes(weights, link)
+            .unwrap()
+            .with_margin(0.25);
+        let kept = |p: &PpoPolicy| {
+            let mut f = featurize(&link, &obs);
+            p.shield(&obs, &mut f);
+            let mut c: Vec<(usize, bool)> = f
+                .actions
+                .iter()
+                .flatten()
+                .map(|a| (a.candidate, a.new_container))
+                .collect();
+            c.sort_unstable();
+            c
+        };
+        // One margin: the three warm options within 25 %; the 40 % one and the cold starts not.
+        assert_eq!(kept(&p), vec![(0, false), (1, false), (2, false)]);
+        // The busy margin drops the busy node's option, not the roomy one's 20 % behind.
+        let narrow = p.clone().with_busy_margin(0.05);
+        assert_eq!(kept(&narrow), vec![(0, false), (1, false)]);
+        // And without a margin, every option stays.
+        assert_eq!(kept(&p.clone().with_margin(-1.0)).len(), 8);
     }
 
     #[test]
