@@ -377,7 +377,35 @@ impl EdgeScheduler {
     /// edge's own figures (`mine`) scaled by the clocks once they cover [`PRIOR_CALLS`] calls;
     /// else the `prior`'s model terms; else `mine` as far as they go. A cold start not measured
     /// there is what the node's backend kind pays ([`ColdKind::cold_ms`]).
+    ///
+    /// Before [`PRIOR_CALLS`], the `n` calls measured there already count: the execution time
+    /// is theirs weighted `n / PRIOR_CALLS`, the rest the estimate without them (the prior
+    /// stands for the calls not yet measured). Without it a node whose first calls ran slow
+    /// (while the machine was busy, say) keeps the estimate that made the policies avoid it,
+    /// since no call goes there to correct it.
     fn facts(
+        &self,
+        (spec, kind): (NodeSpec, ColdKind),
+        prior: Option<&FunctionProfile>,
+        mine: Option<Facts>,
+        measured: Option<Facts>,
+        link_ms: f64,
+    ) -> Measured {
+        let without = self.unmeasured((spec, kind), prior, mine, measured, link_ms);
+        match measured {
+            Some(f) if f.calls > 0 && f.calls < PRIOR_CALLS && prior.is_some() => {
+                let w = f.calls as f64 / PRIOR_CALLS as f64;
+                Measured {
+                    exec_ms: w * f.warm_ms + (1.0 - w) * without.exec_ms,
+                    ..without
+                }
+            }
+            _ => without,
+        }
+    }
+
+    /// [`EdgeScheduler::facts`] but for the calls measured at a node before [`PRIOR_CALLS`].
+    fn unmeasured(
         &self,
         (spec, kind): (NodeSpec, ColdKind),
         prior: Option<&FunctionProfile>,
