@@ -99,7 +99,7 @@ fi
 PPO_MARGIN=${PPO_MARGIN-0.25}
 # Options on a node busy with other calls only within 5 % of the best: on high load the wide
 # margin let PPO keep calls at busy edges the model rightly put 25 % behind (docs/scheduler.md,
-# "The busy margin").
+# "Narrowing the margin where an option buys nothing later").
 PPO_BUSY_MARGIN=${PPO_BUSY_MARGIN-0.05}
 with_policy() {
   variant="$(dirname "$1")/.compare-$2.toml"
