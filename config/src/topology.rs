@@ -299,7 +299,9 @@ pub struct SchedulerSettings {
     /// Under `ppo`, the actor chooses only among the placements whose predicted latency is
     /// within this fraction of the best one's (e.g. `0.25`: at most 25 % slower by the
     /// model); where the model puts an option clearly behind, it is never taken. `0` places
-    /// as greedy does. Default none: the actor chooses among every feasible placement.
+    /// as greedy does. An option is weighed with what sharing its node costs on average: its
+    /// time there alone times the node's calls per core over its last seconds. Default none:
+    /// the actor chooses among every feasible placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<f64>,
     /// Under `margin`, a narrower one for the placements on a busy node: where the call

@@ -124,6 +124,10 @@ pub struct NodeLoad {
     /// Round trip to each other node, in milliseconds, as the node measured it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub links: BTreeMap<String, f64>,
+    /// Calls it served at once per core, on average over its last seconds (`running` is
+    /// the instant): how busy it is most of the time. 0 in reports that do not say.
+    #[serde(default)]
+    pub calls_per_core: f64,
 }
 
 /// What a node measured of one function's calls (gateway `profiles`).
@@ -216,5 +220,27 @@ mod tests {
         }
         let (ticks, rss) = process_usage();
         assert!(rss > 0 && ticks < u64::MAX);
+    }
+
+    #[test]
+    fn a_load_report_carries_the_average_load_and_older_ones_read_as_none() {
+        let r = LoadReport {
+            node: "potsdam".into(),
+            at_ms: 1,
+            load: NodeLoad {
+                running: 1,
+                calls_per_core: 0.75,
+                ..Default::default()
+            },
+            cpu_percent: 0.0,
+            memory_bytes: 0,
+        };
+        let back: LoadReport = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        let older = r#"{"node":"potsdam","at_ms":1,"queued":0,"running":1,"functions":{},
+            "cpu_percent":0.0,"memory_bytes":0}"#;
+        let back: LoadReport = serde_json::from_str(older).unwrap();
+        assert_eq!(back.load.calls_per_core, 0.0);
+        assert_eq!(back.load.running, 1);
     }
 }

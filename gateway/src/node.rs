@@ -411,6 +411,7 @@ impl NodeState {
             functions,
             profiles,
             links,
+            calls_per_core: self.scheduling.profiles.calls_per_core(self.place.cores),
         }
     }
 

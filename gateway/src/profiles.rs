@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 /// their keys are function and node names from the topology or the deploy API, not chosen by
 /// callers), found or added with one lookup ([`entry`]).
 type Map<V> = hashbrown::HashMap<String, V>;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -59,6 +59,77 @@ pub const WINDOW: u64 = 32;
 pub const PROFILES_PATH: &str = "/node/profiles";
 /// Memory samples of a function before they replace its configured `memory_mb`.
 pub const MEMORY_SAMPLES: u64 = 3;
+/// The time over which [`ProfileBook::calls_per_core`] averages, in ms: a few load reports'
+/// intervals (a second each by default), long enough to see a node that is busy most of the
+/// time when it happens to be idle at a decision.
+pub const LOAD_WINDOW_MS: u64 = 2000;
+/// The slices [`LoadMeter`] keeps the window in.
+const LOAD_SLICES: usize = 20;
+
+/// The time served calls spent at the node, in slices of [`LOAD_WINDOW_MS`] /
+/// [`LOAD_SLICES`]: a call adds its overlap with each slice it spanned, when it ends (a call
+/// still running counts from then on; [`crate::schedule`] counts the running ones at the
+/// decision already). Fixed size, whatever the call rate.
+#[derive(Debug)]
+struct LoadMeter {
+    start: Instant,
+    /// Per slice: its number since `start` and the call time in it, in ms.
+    slices: [(u64, f64); LOAD_SLICES],
+}
+
+impl Default for LoadMeter {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            slices: [(u64::MAX, 0.0); LOAD_SLICES],
+        }
+    }
+}
+
+impl LoadMeter {
+    const SLICE_MS: f64 = LOAD_WINDOW_MS as f64 / LOAD_SLICES as f64;
+
+    /// Milliseconds since `start` at `t` (0 before it).
+    fn at(&self, t: Instant) -> f64 {
+        ms(t.saturating_duration_since(self.start))
+    }
+
+    /// A call that was at the node for `took` until `end`.
+    fn add(&mut self, end: Instant, took: Duration) {
+        let to = self.at(end);
+        let from = (to - ms(took)).max(0.0);
+        if to <= from {
+            return;
+        }
+        let last = (to / Self::SLICE_MS) as u64;
+        let first =
+            ((from / Self::SLICE_MS) as u64).max(last.saturating_sub(LOAD_SLICES as u64 - 1));
+        for n in first..=last {
+            let lo = n as f64 * Self::SLICE_MS;
+            let overlap = to.min(lo + Self::SLICE_MS) - from.max(lo);
+            let slot = &mut self.slices[n as usize % LOAD_SLICES];
+            if slot.0 != n {
+                *slot = (n, 0.0);
+            }
+            slot.1 += overlap.max(0.0);
+        }
+    }
+
+    /// Calls at the node on average over the window up to `now` (its current slice so far).
+    fn calls(&self, now: Instant) -> f64 {
+        let t = self.at(now);
+        let current = (t / Self::SLICE_MS) as u64;
+        let oldest = current.saturating_sub(LOAD_SLICES as u64 - 1);
+        let time: f64 = self
+            .slices
+            .iter()
+            .filter(|(n, _)| (oldest..=current).contains(n))
+            .map(|(_, ms)| ms)
+            .sum();
+        let span = (t - oldest as f64 * Self::SLICE_MS).max(Self::SLICE_MS);
+        time / span
+    }
+}
 
 /// A figure: the median of its last [`WINDOW`] samples (robust to the odd slow call on a
 /// shared machine, and what "the median error" of predictions is measured against), with the
@@ -200,6 +271,7 @@ impl From<&FunctionFacts> for Facts {
 pub struct ProfileBook {
     functions: RwLock<Map<FunctionStats>>,
     links: RwLock<Map<LinkStats>>,
+    load: Mutex<LoadMeter>,
 }
 
 impl ProfileBook {
@@ -279,6 +351,21 @@ impl ProfileBook {
             ..Settled::default()
         };
         self.settled(function, call);
+    }
+
+    /// A call was at this node (admitted to answered) for `took` until `end`.
+    pub fn served(&self, end: Instant, took: Duration) {
+        self.load
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(end, took);
+    }
+
+    /// Calls served here at once per core of `cores`, on average over the last
+    /// [`LOAD_WINDOW_MS`]: a node busy most of that time is so even when a call finds it idle.
+    pub fn calls_per_core(&self, cores: f64) -> f64 {
+        let meter = self.load.lock().unwrap_or_else(|e| e.into_inner());
+        meter.calls(Instant::now()) / cores.max(1.0)
     }
 
     /// A probe or load report to `node` came back after `rtt`.
@@ -524,6 +611,10 @@ pub fn settle(
             others,
             ..
         } => {
+            // The time it held the node: from its admission to its answer, whatever became
+            // of it.
+            let held = elapsed.saturating_sub(*queued);
+            state.scheduling.profiles.served(received + elapsed, held);
             let (queued, cold) = (ms(*queued), ms(*cold));
             let cold_start = (*ran == Ran::LocalNew).then_some(cold);
             let served = answer.status().is_success().then(|| {
@@ -618,6 +709,42 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_calls_per_core_are_the_served_calls_time_over_the_last_seconds() {
+        let start = Instant::now();
+        let mut meter = LoadMeter {
+            start,
+            ..LoadMeter::default()
+        };
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        // Nothing served: no load.
+        assert_eq!(meter.calls(at(10_000)), 0.0);
+        // One call of a second that just ended: half the window's time (the window is the
+        // last 19 slices and the current one so far, 1.9 s here).
+        meter.add(at(10_000), Duration::from_secs(1));
+        let one = meter.calls(at(10_000));
+        assert!((one - 1000.0 / 1900.0).abs() < 1e-9, "{one}");
+        // Two more of 1.9 s at once: 4.8 s of calls in 1.9 s.
+        meter.add(at(10_000), Duration::from_millis(1900));
+        meter.add(at(10_000), Duration::from_millis(1900));
+        let three = meter.calls(at(10_000));
+        assert!((three - 4800.0 / 1900.0).abs() < 1e-9, "{three}");
+        // A call longer than the window counts only its part inside it.
+        let mut long = LoadMeter {
+            start,
+            ..LoadMeter::default()
+        };
+        long.add(at(10_000), Duration::from_secs(60));
+        let whole = long.calls(at(10_000));
+        assert!((whole - 1.0).abs() < 1e-9, "{whole}");
+        // Calls that ended more than the window ago no longer count.
+        assert_eq!(meter.calls(at(12_500)), 0.0);
+        assert_eq!(long.calls(at(12_500)), 0.0);
+        // A second later the window starts at 9.1 s: each call's last 0.9 s still counts.
+        let later = meter.calls(at(11_000));
+        assert!((later - 2700.0 / 1900.0).abs() < 1e-9, "{later}");
+    }
 
     #[test]
     fn a_warm_calls_time_alone_divides_by_the_calls_per_core_it_shared_them_with() {

@@ -25,7 +25,10 @@
 //! queued calls, plus the calls this edge sent there after the report was measured, [`Sent`])
 //! takes its time alone times `(n + 1) / cores` when that is above 1, the excess as the
 //! candidate's [`Measured::queue_ms`]. Its measured times are each call's time alone
-//! ([`crate::profiles::alone_ms`]), so the load is not counted twice.
+//! ([`crate::profiles::alone_ms`]), so the load is not counted twice. Beside the instant, each
+//! candidate carries the node's calls per core on average over its last seconds
+//! ([`Measured::calls_per_core`]: this edge's own, another node's from its report), which
+//! PPO's margin weighs ([`geofaas_scheduler::ppo::PpoPolicy`]); predictions leave it out.
 
 use std::sync::Arc;
 
@@ -423,6 +426,7 @@ impl EdgeScheduler {
                 exec_ms: f.warm_ms,
                 link_ms,
                 queue_ms: 0.0,
+                calls_per_core: 0.0,
             };
         }
         // This edge's own measurement, once it has enough calls, beats the configured prior
@@ -434,6 +438,7 @@ impl EdgeScheduler {
                 exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
                 link_ms,
                 queue_ms: 0.0,
+                calls_per_core: 0.0,
             };
         }
         if let Some(p) = prior {
@@ -442,6 +447,7 @@ impl EdgeScheduler {
                 exec_ms: compute_ms(p, spec.ghz),
                 link_ms,
                 queue_ms: 0.0,
+                calls_per_core: 0.0,
             };
         }
         let f = mine.unwrap_or(Facts {
@@ -454,6 +460,7 @@ impl EdgeScheduler {
             exec_ms: f.warm_ms * self.here.ghz / spec.ghz,
             link_ms,
             queue_ms: 0.0,
+            calls_per_core: 0.0,
         }
     }
 
@@ -511,7 +518,10 @@ impl EdgeScheduler {
         let full = s.idle + s.busy >= s.max;
         let held = (s.idle + s.busy) as f64 * p.memory_mb;
         let free_cores = (self.here.cores - local.in_flight as f64).max(0.0);
-        let m = shared(m, local.in_flight, self.here.cores);
+        let m = Measured {
+            calls_per_core: self.book.calls_per_core(self.here.cores),
+            ..shared(m, local.in_flight, self.here.cores)
+        };
         let (idle, busy, wait_ms) = instances(s.idle, s.busy, free_cores, p, &m);
         let idle_here = |g: &str| {
             backends
@@ -560,7 +570,10 @@ impl EdgeScheduler {
         let done = |n: usize| n - still_there(n, age_ms, spec.cores, m.exec_ms);
         let calls = r.load.running + r.load.queued - done(r.load.running + r.load.queued) + sent;
         let free_cores = (spec.cores - calls as f64).max(0.0);
-        let m = shared(m, calls, spec.cores);
+        let m = Measured {
+            calls_per_core: r.load.calls_per_core,
+            ..shared(m, calls, spec.cores)
+        };
         let finished = done(f.busy);
         let (f_idle, f_busy) = (f.idle + finished, f.busy - finished);
         let (idle, busy, wait_ms) = instances(f_idle, f_busy, free_cores, p, &m);
@@ -838,6 +851,7 @@ mod tests {
             exec_ms: 100.0,
             link_ms: 10.0,
             queue_ms: 0.0,
+            calls_per_core: 0.0,
         };
         assert_eq!(shared(m, 0, 1.0).queue_ms, 0.0);
         assert_eq!(shared(m, 1, 2.0).queue_ms, 0.0);

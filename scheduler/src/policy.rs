@@ -54,6 +54,11 @@ pub struct Measured {
     /// applies to every action there; a call queued behind a busy instance waits at least
     /// [`Candidate::wait_ms`].
     pub queue_ms: f64,
+    /// Calls at the node per core on average over its last seconds, where `queue_ms` is the
+    /// instant's: a node busy most of the time is so even when a call finds it idle, and a
+    /// call placed there shares its cores with the calls that arrive while it runs. 0 where
+    /// not measured (the simulator's candidates).
+    pub calls_per_core: f64,
 }
 
 impl Candidate {

@@ -128,12 +128,14 @@ fn measured_terms_replace_the_model_in_estimates_and_features() {
         exec_ms: 1.0,
         link_ms: 0.0,
         queue_ms: 0.0,
+        calls_per_core: 0.0,
     });
     there.measured = Some(Measured {
         cold_ms: 5.0,
         exec_ms: 1.0,
         link_ms: 30.0,
         queue_ms: 0.0,
+        calls_per_core: 0.0,
     });
     let o = obs(vec![here, there]);
     let new_here = Action {
@@ -164,12 +166,14 @@ fn a_measured_queue_delays_every_action_there_and_a_queued_call_waits_at_least_f
         exec_ms: 100.0,
         link_ms: 0.0,
         queue_ms: 400.0,
+        calls_per_core: 0.0,
     });
     there.measured = Some(Measured {
         cold_ms: 2.0,
         exec_ms: 100.0,
         link_ms: 30.0,
         queue_ms: 0.0,
+        calls_per_core: 0.0,
     });
     let link = LinkModel::default();
     let at = |candidate, new_container| Action {
