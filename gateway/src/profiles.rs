@@ -8,7 +8,10 @@
 //! * per function, a warm call's time here from its arrival to its answer, less its admission
 //!   wait and its cold start (`Server-Timing` `queue` and `cold` of the answer), as if it had
 //!   had the node's cores to itself (divided by the calls per core it shared them with,
-//!   [`alone_ms`]), and the cold start of the calls that started an instance;
+//!   [`alone_ms`]); the same time of the calls that started an instance, kept apart (a first
+//!   run does what a function does once per instance: imports, caches, connections; counted
+//!   as warm, it made a node where most calls were first ones look slow for good), and their
+//!   cold start: a start costs the start plus what a first run takes beyond a warm one;
 //! * per function and backend kind, the execution and start times the backend reported;
 //! * per other node, the round trip of the `/readyz` probes and load reports sent to it, and the
 //!   time a call forwarded there took beyond what that node's `Server-Timing` accounts for;
@@ -186,7 +189,12 @@ impl Figure {
 
 #[derive(Debug, Default)]
 struct FunctionStats {
+    /// Calls that reused an instance: their time less the admission wait, alone.
     warm: Figure,
+    /// Calls that started an instance: the same time (their first run, with whatever a
+    /// function does once per instance: imports, caches, connections).
+    first: Figure,
+    /// Calls that started an instance: the start itself.
     cold: Figure,
     backends: BTreeMap<&'static str, BackendStats>,
     /// The latest memory figure a backend reported.
@@ -254,6 +262,25 @@ pub struct Facts {
     pub warm_ms: f64,
     /// The extra time of a call that starts an instance, ms (`None`: none seen).
     pub cold_ms: Option<f64>,
+    /// No call reused an instance yet: `warm_ms` is what the first runs took, which holds
+    /// what the function does once per instance ([`Facts::warm_at_most`]).
+    pub first_only: bool,
+}
+
+impl Facts {
+    /// These facts with a warm time of at most `warm_ms` (e.g. another node's, scaled by the
+    /// clocks) where only first runs were measured: a start then costs what they took beyond
+    /// it. Facts from warm calls stay as they are.
+    pub fn warm_at_most(self, warm_ms: f64) -> Self {
+        if !self.first_only || !(warm_ms < self.warm_ms) {
+            return self;
+        }
+        Self {
+            warm_ms,
+            cold_ms: self.cold_ms.map(|c| c + self.warm_ms - warm_ms),
+            ..self
+        }
+    }
 }
 
 impl From<&FunctionFacts> for Facts {
@@ -262,6 +289,7 @@ impl From<&FunctionFacts> for Facts {
             calls: f.calls,
             warm_ms: f.warm_ms,
             cold_ms: f.cold_ms,
+            first_only: false,
         }
     }
 }
@@ -293,6 +321,18 @@ impl ProfileBook {
         self.settled(function, call);
     }
 
+    /// How many calls of `function` arrived here over the last `window` (at most [`WINDOW`]).
+    pub fn arrived_within(&self, function: &str, window: Duration) -> usize {
+        let now = Instant::now();
+        read(&self.functions).get(function).map_or(0, |f| {
+            f.arrivals
+                .recent
+                .iter()
+                .filter(|at| now.saturating_duration_since(**at) <= window)
+                .count()
+        })
+    }
+
     /// What [`settle`] learns of one call, under one lookup of its function.
     fn settled(&self, function: &str, call: Settled) {
         let mut map = write(&self.functions);
@@ -300,11 +340,13 @@ impl ProfileBook {
         if let Some(at) = call.arrived {
             f.arrivals.add(at);
         }
-        if let Some((warm_ms, cold_ms)) = call.served {
-            f.warm.add(warm_ms);
-            if let Some(c) = cold_ms {
+        match call.served {
+            Some((first_ms, Some(c))) => {
+                f.first.add(first_ms);
                 f.cold.add(c);
             }
+            Some((warm_ms, None)) => f.warm.add(warm_ms),
+            None => {}
         }
         if let Some(run) = call.backend {
             if run.memory.is_some() {
@@ -504,11 +546,20 @@ impl ProfileBook {
     }
 }
 
+/// A function's figures: the warm time of the calls that reused an instance (of those that
+/// started one until one did); a start costs the start itself and what a first run takes
+/// beyond a warm one.
 fn facts(f: &FunctionStats) -> Option<Facts> {
+    let first = f.first.get();
+    let warm_ms = f.warm.get().or(first)?;
     Some(Facts {
-        calls: f.warm.n,
-        warm_ms: f.warm.get()?,
-        cold_ms: f.cold.get(),
+        calls: f.warm.n + f.first.n,
+        warm_ms,
+        first_only: f.warm.n == 0,
+        cold_ms: f
+            .cold
+            .get()
+            .map(|c| c + first.map_or(0.0, |x| (x - warm_ms).max(0.0))),
     })
 }
 
@@ -765,9 +816,11 @@ mod tests {
         for _ in 0..10 {
             book.local_call("f", 10.0, None);
         }
-        book.local_call("f", 200.0, Some(5.0));
+        book.local_call("f", 200.0, None);
+        // A 5 ms start whose first run took what a warm call does.
+        book.local_call("f", 10.0, Some(5.0));
         let f = book.facts("f").unwrap();
-        assert_eq!(f.calls, 11);
+        assert_eq!(f.calls, 12);
         assert_eq!(f.warm_ms, 10.0, "one slow call does not move it");
         assert_eq!(f.cold_ms, Some(5.0));
         // After a window of calls at a new speed, the new speed is the figure.
@@ -880,6 +933,42 @@ mod tests {
             .rate_per_s
             .unwrap();
         assert!((rate - 10.0).abs() < 1e-6, "{rate}");
+    }
+
+    #[test]
+    fn a_first_run_counts_toward_the_start_once_a_call_reused_an_instance() {
+        let book = ProfileBook::default();
+        // A call that started an instance: a 5 ms start, then 100 ms of its first run.
+        book.local_call("f", 100.0, Some(5.0));
+        let first = book.facts("f").unwrap();
+        assert_eq!((first.warm_ms, first.cold_ms), (100.0, Some(5.0)));
+        assert!(first.first_only);
+        // Until a call reuses one, a warm time measured elsewhere bounds it, and a start costs
+        // the rest of the first run.
+        let bounded = first.warm_at_most(4.0);
+        assert_eq!((bounded.warm_ms, bounded.cold_ms), (4.0, Some(101.0)));
+        assert_eq!(first.warm_at_most(150.0), first);
+        // A call that reused it: 4 ms warm, and a start is the 5 ms plus the 96 ms beyond.
+        book.local_call("f", 4.0, None);
+        let f = book.facts("f").unwrap();
+        assert_eq!((f.calls, f.warm_ms, f.cold_ms), (2, 4.0, Some(101.0)));
+        assert!(!f.first_only);
+        assert_eq!(f.warm_at_most(1.0), f);
+    }
+
+    #[test]
+    fn the_calls_that_would_reuse_an_instance_are_those_of_the_last_seconds() {
+        let book = ProfileBook::default();
+        let now = Instant::now();
+        let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).unwrap_or(now);
+        for at in [ago(30), ago(12), ago(4), ago(1)] {
+            book.arrived("f", at);
+        }
+        book.arrived("g", ago(1));
+        assert_eq!(book.arrived_within("f", Duration::from_secs(5)), 2);
+        assert_eq!(book.arrived_within("f", Duration::from_secs(20)), 3);
+        assert_eq!(book.arrived_within("g", Duration::from_secs(5)), 1);
+        assert_eq!(book.arrived_within("unknown", Duration::from_secs(5)), 0);
     }
 
     #[test]

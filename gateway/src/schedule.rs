@@ -28,11 +28,14 @@
 //! ([`crate::profiles::alone_ms`]), so the load is not counted twice. Beside the instant, each
 //! candidate carries the node's calls per core on average over its last seconds
 //! ([`Measured::calls_per_core`]: this edge's own, another node's from its report), which
-//! PPO's margin weighs ([`geofaas_scheduler::ppo::PpoPolicy`]); predictions leave it out.
+//! PPO's margin weighs ([`geofaas_scheduler::ppo::PpoPolicy`]); predictions leave it out. So
+//! does this edge's count of the function's calls over its runtime's keep-alive
+//! ([`Measured::reuses`]: the calls that would reuse an instance started here now).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use geofaas_config::{LatLon, Role, SchedulerPolicy, Topology};
+use geofaas_config::{BackendConfig, LatLon, Role, SchedulerPolicy, Topology};
 use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
@@ -48,6 +51,11 @@ use crate::profiles::{Facts, ProfileBook, PRIOR_CALLS};
 
 mod prior;
 pub use prior::{ColdKind, LOCAL_FIRST_CALL_MS};
+
+/// The longest a function's past calls here count as the calls that would reuse a new
+/// instance ([`Measured::reuses`]): beyond the last seconds, a function's rate says little
+/// about its next calls.
+pub const REUSE_WINDOW: Duration = Duration::from_secs(10);
 
 /// A placement and the latency it was chosen for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -100,6 +108,10 @@ pub struct LocalState {
 /// A policy with the nodes it chooses between.
 pub struct EdgeScheduler {
     policy: Arc<dyn Policy>,
+    /// How far back a function's calls here count as the calls that would reuse an instance
+    /// started now ([`Measured::reuses`]): the local runtime's keep-alive, at most
+    /// [`REUSE_WINDOW`]; `None` without a local runtime (no pools to start instances in).
+    reuse_window: Option<Duration>,
     /// `ppo` or `greedy`: the policy actually running (greedy when PPO weights failed to load).
     reason: &'static str,
     here: NodeSpec,
@@ -219,6 +231,17 @@ impl EdgeScheduler {
             }
         }
         let (here, here_cold) = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
+        let reuse_window = topology
+            .nodes
+            .iter()
+            .filter(|n| n.id == id)
+            .flat_map(|n| &n.backends)
+            .find_map(|b| match b {
+                BackendConfig::Local(l) => {
+                    Some(Duration::from_secs(l.keep_alive_s).min(REUSE_WINDOW))
+                }
+                _ => None,
+            });
         let profiles: Vec<_> = topology
             .functions
             .iter()
@@ -229,6 +252,7 @@ impl EdgeScheduler {
         let neighbors_len = neighbors.len();
         Ok(Some(Self {
             policy,
+            reuse_window,
             reason,
             here,
             here_cold,
@@ -290,7 +314,10 @@ impl EdgeScheduler {
             .iter()
             .enumerate()
             .find(|(_, f)| f.name == function);
-        let mine = self.book.facts(function);
+        let mine = self
+            .book
+            .facts(function)
+            .map(|f| self.warm_elsewhere(f, function));
         let (function_id, profile, prior) = match configured {
             Some((i, f)) => {
                 let p = FunctionProfile::from(f);
@@ -375,6 +402,31 @@ impl EdgeScheduler {
         })
     }
 
+    /// This edge's facts `f` of `function`, where only its first runs were measured here (no
+    /// call reused an instance yet), with a warm time of at most what another node with a fresh
+    /// report measured over [`PRIOR_CALLS`] calls or more, scaled by the clocks. A first run
+    /// holds what a function does once per instance; taken as the warm time, it kept an edge's
+    /// idle instance unused (a warm call there predicted at the first run's 100 ms against the
+    /// cloud's 31) and the edge's warm time unmeasured for good.
+    fn warm_elsewhere(&self, f: Facts, function: &str) -> Facts {
+        if !f.first_only {
+            return f;
+        }
+        let now = now_ms();
+        let others = self.neighbors.iter().map(|n| (n.id.as_str(), n.spec));
+        let nodes = others.chain(std::iter::once((self.cloud_id.as_str(), self.cloud)));
+        let warm = self.loads.read(|reports| {
+            nodes
+                .filter_map(|(id, spec)| {
+                    let r = reports.fresh(id, now, self.stale_ms)?;
+                    let x = r.load.profiles.get(function)?;
+                    (x.calls >= PRIOR_CALLS).then(|| x.warm_ms * spec.ghz / self.here.ghz)
+                })
+                .fold(f64::INFINITY, f64::min)
+        });
+        f.warm_at_most(warm)
+    }
+
     /// The latency terms of a function at node `spec`, `link_ms` away: what `measured` there
     /// says once it covers [`PRIOR_CALLS`] calls (or any call, without a `prior`); else this
     /// edge's own figures (`mine`) scaled by the clocks once they cover [`PRIOR_CALLS`] calls;
@@ -427,6 +479,7 @@ impl EdgeScheduler {
                 link_ms,
                 queue_ms: 0.0,
                 calls_per_core: 0.0,
+                reuses: 0.0,
             };
         }
         // This edge's own measurement, once it has enough calls, beats the configured prior
@@ -439,6 +492,7 @@ impl EdgeScheduler {
                 link_ms,
                 queue_ms: 0.0,
                 calls_per_core: 0.0,
+                reuses: 0.0,
             };
         }
         if let Some(p) = prior {
@@ -448,12 +502,14 @@ impl EdgeScheduler {
                 link_ms,
                 queue_ms: 0.0,
                 calls_per_core: 0.0,
+                reuses: 0.0,
             };
         }
         let f = mine.unwrap_or(Facts {
             calls: 0,
             warm_ms: compute_ms(&self.default_profile, spec.ghz),
             cold_ms: None,
+            first_only: false,
         });
         Measured {
             cold_ms: f.cold_ms.unwrap_or_else(fallback_cold),
@@ -461,6 +517,7 @@ impl EdgeScheduler {
             link_ms,
             queue_ms: 0.0,
             calls_per_core: 0.0,
+            reuses: 0.0,
         }
     }
 
@@ -520,6 +577,9 @@ impl EdgeScheduler {
         let free_cores = (self.here.cores - local.in_flight as f64).max(0.0);
         let m = Measured {
             calls_per_core: self.book.calls_per_core(self.here.cores),
+            reuses: self
+                .reuse_window
+                .map_or(0.0, |w| self.book.arrived_within(function, w) as f64),
             ..shared(m, local.in_flight, self.here.cores)
         };
         let (idle, busy, wait_ms) = instances(s.idle, s.busy, free_cores, p, &m);
@@ -805,6 +865,34 @@ mod tests {
     }
 
     #[test]
+    fn before_a_warm_call_here_another_nodes_warm_time_bounds_this_edges() {
+        let (s, _, loads) = small_fleet_at_tu_berlin();
+        // One call here, which started an instance: 5 ms, then a 100 ms first run.
+        s.book.local_call("f", 100.0, Some(5.0));
+        let first = s.book.facts("f").expect("measured");
+        loads.put(report("cloud", 0));
+        assert_eq!(
+            s.warm_elsewhere(first, "f"),
+            first,
+            "no other figure: as measured"
+        );
+        // The cloud measured it warm over enough calls: 3 ms, scaled by the clocks.
+        let mut r = report("cloud", 0);
+        let facts = geofaas_fleet::FunctionFacts {
+            calls: PRIOR_CALLS,
+            warm_ms: 3.0,
+            cold_ms: None,
+            memory_mb: None,
+        };
+        r.load.profiles.insert("f".to_owned(), facts);
+        loads.put(r);
+        let f = s.warm_elsewhere(first, "f");
+        let warm = 3.0 * s.cloud.ghz / s.here.ghz;
+        assert!((f.warm_ms - warm).abs() < 1e-9, "{f:?}");
+        assert!(f.cold_ms.is_some_and(|c| (c - (105.0 - warm)).abs() < 1e-9));
+    }
+
+    #[test]
     fn a_node_with_more_calls_than_cores_is_predicted_slower_by_as_many() {
         let (s, topology, loads) = small_fleet_at_tu_berlin();
         loads.put(report("cloud", 0));
@@ -852,6 +940,7 @@ mod tests {
             link_ms: 10.0,
             queue_ms: 0.0,
             calls_per_core: 0.0,
+            reuses: 0.0,
         };
         assert_eq!(shared(m, 0, 1.0).queue_ms, 0.0);
         assert_eq!(shared(m, 1, 2.0).queue_ms, 0.0);

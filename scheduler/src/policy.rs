@@ -59,6 +59,11 @@ pub struct Measured {
     /// call placed there shares its cores with the calls that arrive while it runs. 0 where
     /// not measured (the simulator's candidates).
     pub calls_per_core: f64,
+    /// Later calls of the function expected to reuse an instance started there now: its calls
+    /// that arrived at the node over the time an idle instance is kept (at most its last
+    /// seconds), which would keep such an instance warm. 0 where not counted (other nodes,
+    /// the simulator's candidates).
+    pub reuses: f64,
 }
 
 impl Candidate {

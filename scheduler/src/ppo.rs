@@ -12,7 +12,7 @@ use safetensors::SafeTensors;
 use crate::error::{Result, SchedulerError};
 use crate::features::{featurize, Featurized, GLOBAL_FEATURES, OPT_FEATURES, SLOTS};
 use crate::model::LinkModel;
-use crate::policy::{Action, Observation, Policy};
+use crate::policy::{Action, Measured, Observation, Policy};
 
 /// Feature-layout version stored in the weights' metadata.
 pub const FEATURES_VERSION: &str = "2";
@@ -376,7 +376,8 @@ impl PpoPolicy {
         self.busy_margin
     }
 
-    /// Masks the slots of `f` outside the margins (none without a margin; the best slot never).
+    /// Masks the slots of `f` outside the margins (none without a margin; the best option
+    /// never).
     ///
     /// An option is weighed with what sharing its node costs on average, beyond the calls
     /// there at this instant: its time there alone times the node's calls per core over its
@@ -386,15 +387,36 @@ impl PpoPolicy {
     /// the instant alone, the margin let PPO keep up to 60 % of a small edge's long calls there
     /// ahead of a faster cloud, slowing the short calls that came by. Where nothing was
     /// measured (the simulator) the term is 0.
+    ///
+    /// An option that starts the function's first instance on a node may be the best one (the
+    /// one the margins are measured from) by what it saves the calls that will reuse it
+    /// ([`reuse_credit`]), where the latency of this call alone puts it behind a warm one
+    /// elsewhere; what it saves never widens the margin for it (inside the margin, a first
+    /// instance for a function with a call or two in the last seconds was mostly evicted
+    /// before its next call).
     fn shield(&self, obs: &Observation, f: &mut Featurized) {
         let Some(m) = self.margin else { return };
         let narrow = self.busy_margin.unwrap_or(m);
-        for (slot, total) in f.actions.iter_mut().zip(f.totals).skip(1) {
+        let mut costs = [f64::INFINITY; SLOTS];
+        for (i, slot) in f.actions.iter().enumerate() {
+            if let Some(a) = *slot {
+                costs[i] = f.totals[i] - reuse_credit(obs, &f.actions, a, f.totals[i]);
+            }
+        }
+        let (best, _) = costs
+            .iter()
+            .enumerate()
+            .min_by(|x, y| x.1.total_cmp(y.1))
+            .map_or((0, f64::INFINITY), |(i, c)| (i, *c));
+        for (i, slot) in f.actions.iter_mut().enumerate() {
             let Some(a) = *slot else { continue };
+            if i == best {
+                continue;
+            }
             let measured = obs.candidates[a.candidate].measured;
             let busy = obs.queues(a) || measured.is_some_and(|m| m.queue_ms > 0.0);
-            let sharing = measured.map_or(0.0, |m| m.exec_ms * m.calls_per_core);
-            if total + sharing > f.totals[0] * (1.0 + if busy { narrow } else { m }) {
+            let sharing = measured.map_or(0.0, |m| alone_ms(m, a) * m.calls_per_core);
+            if f.totals[i] + sharing > costs[best] * (1.0 + if busy { narrow } else { m }) {
                 *slot = None;
             }
         }
@@ -447,6 +469,39 @@ impl Policy for PpoPolicy {
         }
         best_slot(&f, &logits)
     }
+}
+
+/// What option `a` (latency `total`) saves later calls: where it starts the function's first
+/// instance on its node, each call expected to reuse it ([`Measured::reuses`]) runs warm there
+/// instead of warm at the fastest other node among `options`, when that is slower; never
+/// more than brings the option below a warm call there. 0 for every other option.
+fn reuse_credit(obs: &Observation, options: &[Option<Action>], a: Action, total: f64) -> f64 {
+    let c = &obs.candidates[a.candidate];
+    let warm = |m: &Measured| m.exec_ms + m.link_ms + m.queue_ms;
+    let Some(here) = c.measured else { return 0.0 };
+    // The calls that reuse it run there with the node's calls on average, not alone.
+    let warm_here = warm(&here) + here.exec_ms * here.calls_per_core;
+    if !a.new_container || c.idle + c.busy > 0 || here.reuses <= 0.0 {
+        return 0.0;
+    }
+    let elsewhere = options
+        .iter()
+        .flatten()
+        .filter(|b| b.candidate != a.candidate)
+        .filter_map(|b| obs.candidates[b.candidate].measured.as_ref().map(warm))
+        .fold(f64::INFINITY, f64::min);
+    let saved = elsewhere - warm_here;
+    if !saved.is_finite() || saved <= 0.0 {
+        return 0.0;
+    }
+    (here.reuses * saved).min(total - warm_here).max(0.0)
+}
+
+/// The time option `a` holds its node's cores: the call's execution, and the instance's start
+/// when it starts one (a start runs on the same cores, and on a small edge it is the longest
+/// part: a 140 ms start beside a 4 ms call).
+fn alone_ms(m: Measured, a: Action) -> f64 {
+    m.exec_ms + if a.new_container { m.cold_ms } else { 0.0 }
 }
 
 /// The action of the highest-scoring usable slot (ties: the earlier, cheaper slot).
@@ -753,6 +808,7 @@ mod tests {
                 link_ms: 0.0,
                 queue_ms,
                 calls_per_core: 0.0,
+                reuses: 0.0,
             }),
         };
         let obs = Observation {
@@ -782,25 +838,14 @@ mod tests {
         let p = PpoPolicy::from_bytes(weights, link)
             .unwrap()
             .with_margin(0.25);
-        let kept = |p: &PpoPolicy| {
-            let mut f = featurize(&link, &obs);
-            p.shield(&obs, &mut f);
-            let mut c: Vec<(usize, bool)> = f
-                .actions
-                .iter()
-                .flatten()
-                .map(|a| (a.candidate, a.new_container))
-                .collect();
-            c.sort_unstable();
-            c
-        };
+        let kept_obs = |p: &PpoPolicy| kept(p, &obs);
         // One margin: the three warm options within 25 %; the 40 % one and the cold starts not.
-        assert_eq!(kept(&p), vec![(0, false), (1, false), (2, false)]);
+        assert_eq!(kept_obs(&p), vec![(0, false), (1, false), (2, false)]);
         // The busy margin drops the busy node's option, not the roomy one's 20 % behind.
         let narrow = p.clone().with_busy_margin(0.05);
-        assert_eq!(kept(&narrow), vec![(0, false), (1, false)]);
+        assert_eq!(kept_obs(&narrow), vec![(0, false), (1, false)]);
         // And without a margin, every option stays.
-        assert_eq!(kept(&p.clone().with_margin(-1.0)).len(), 8);
+        assert_eq!(kept_obs(&p.clone().with_margin(-1.0)).len(), 8);
         // Nodes 0 and 1 with room now but busy on average (half a call per core over their
         // last seconds): node 1's option 20 % behind counts 60 ms more and is dropped; the best
         // is never dropped, and node 2's 20 % behind (busy now, but not on average) stays under
@@ -811,19 +856,105 @@ mod tests {
                 m.calls_per_core = 0.5;
             }
         }
-        let kept_loaded = |p: &PpoPolicy| {
-            let mut f = featurize(&link, &loaded);
-            p.shield(&loaded, &mut f);
-            let mut c: Vec<(usize, bool)> = f
-                .actions
-                .iter()
-                .flatten()
-                .map(|a| (a.candidate, a.new_container))
-                .collect();
-            c.sort_unstable();
-            c
+        assert_eq!(kept(&p, &loaded), vec![(0, false), (2, false)]);
+    }
+
+    /// The options `p`'s margins leave of `obs`: (candidate, new instance), sorted.
+    fn kept(p: &PpoPolicy, obs: &Observation) -> Vec<(usize, bool)> {
+        let mut f = featurize(&p.link, obs);
+        p.shield(obs, &mut f);
+        let mut c: Vec<(usize, bool)> = f
+            .actions
+            .iter()
+            .flatten()
+            .map(|a| (a.candidate, a.new_container))
+            .collect();
+        c.sort_unstable();
+        c
+    }
+
+    #[test]
+    fn a_first_instance_is_weighed_with_what_it_saves_the_calls_that_reuse_it() {
+        use crate::model::{FunctionProfile, GeoPoint, NodeSpec};
+        use crate::{Candidate, Measured, RequestInfo};
+        let link = crate::sim::SimConfig::default().link;
+        let here = GeoPoint::new(52.52, 13.40);
+        let node = |idle, cold_ms, exec_ms, link_ms| Candidate {
+            node: NodeSpec {
+                location: here,
+                cores: 4.0,
+                ghz: 2.4,
+                memory_mb: 8192.0,
+                bandwidth_mbps: 1000.0,
+                access_ms: 0.0,
+            },
+            free_cores: 4.0,
+            free_memory_mb: 4096.0,
+            evictable_memory_mb: 0.0,
+            blocked_cold_ms: 0.0,
+            idle,
+            busy: 0,
+            wait_ms: 0.0,
+            measured: Some(Measured {
+                cold_ms,
+                exec_ms,
+                link_ms,
+                ..Measured::default()
+            }),
         };
-        assert_eq!(kept_loaded(&p), vec![(0, false), (2, false)]);
+        // This edge: no instance yet, a new one 160 ms + 6 ms; the cloud: warm, 12 ms and
+        // 28 ms there and back (40 ms), a new instance there 100 ms.
+        let mut obs = Observation {
+            request: RequestInfo {
+                function_id: 0,
+                profile: FunctionProfile {
+                    cpu_ms: 5.0,
+                    cores: 1.0,
+                    memory_mb: 64.0,
+                    image_mb: 10.0,
+                    init_ms: 100.0,
+                    input_kb: 1.0,
+                    slo_ms: 1000.0,
+                },
+                source: here,
+                input_kb: 1.0,
+                slo_ms: 1000.0,
+            },
+            candidates: vec![node(0, 160.0, 6.0, 0.0), node(1, 60.0, 12.0, 28.0)],
+        };
+        let weights = crate::cli::shipped_weights("berlin").expect("shipped");
+        let p = PpoPolicy::from_bytes(weights, link)
+            .unwrap()
+            .with_margin(0.25)
+            .with_busy_margin(0.05);
+        let reusing = |obs: &mut Observation, n: f64| {
+            if let Some(m) = obs.candidates[0].measured.as_mut() {
+                m.reuses = n;
+            }
+        };
+        // Nobody to reuse it: the warm cloud call alone.
+        assert_eq!(kept(&p, &obs), vec![(1, false)]);
+        // Two later calls save 2 x 34 ms: 166 - 68 = 98 is still more than 25 % behind 40.
+        reusing(&mut obs, 2.0);
+        assert_eq!(kept(&p, &obs), vec![(1, false)]);
+        // Six save more than the instance costs beyond a warm call here: it is the best
+        // option now, the warm cloud call (40 against 6) far behind it.
+        reusing(&mut obs, 6.0);
+        assert_eq!(kept(&p, &obs), vec![(0, true)]);
+        let new_here = Action {
+            candidate: 0,
+            new_container: true,
+        };
+        assert_eq!(p.decide(&obs), Some(new_here));
+        // With an idle instance here already, a new one saves nothing: the warm call here wins.
+        obs.candidates[0].idle = 1;
+        assert_eq!(kept(&p, &obs), vec![(0, false)]);
+        // Where a warm call here would be slower than at the cloud, there is nothing to save.
+        obs.candidates[0].idle = 0;
+        if let Some(m) = obs.candidates[0].measured.as_mut() {
+            m.exec_ms = 50.0;
+        }
+        assert_eq!(kept(&p, &obs), vec![(1, false)]);
     }
 
     #[test]

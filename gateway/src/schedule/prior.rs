@@ -119,6 +119,7 @@ mod tests {
                 calls,
                 warm_ms: 3.0,
                 cold_ms,
+                first_only: false,
             })
         };
         let s = spec(1000.0);

@@ -129,6 +129,7 @@ fn measured_terms_replace_the_model_in_estimates_and_features() {
         link_ms: 0.0,
         queue_ms: 0.0,
         calls_per_core: 0.0,
+        reuses: 0.0,
     });
     there.measured = Some(Measured {
         cold_ms: 5.0,
@@ -136,6 +137,7 @@ fn measured_terms_replace_the_model_in_estimates_and_features() {
         link_ms: 30.0,
         queue_ms: 0.0,
         calls_per_core: 0.0,
+        reuses: 0.0,
     });
     let o = obs(vec![here, there]);
     let new_here = Action {
@@ -167,6 +169,7 @@ fn a_measured_queue_delays_every_action_there_and_a_queued_call_waits_at_least_f
         link_ms: 0.0,
         queue_ms: 400.0,
         calls_per_core: 0.0,
+        reuses: 0.0,
     });
     there.measured = Some(Measured {
         cold_ms: 2.0,
@@ -174,6 +177,7 @@ fn a_measured_queue_delays_every_action_there_and_a_queued_call_waits_at_least_f
         link_ms: 30.0,
         queue_ms: 0.0,
         calls_per_core: 0.0,
+        reuses: 0.0,
     });
     let link = LinkModel::default();
     let at = |candidate, new_container| Action {
