@@ -272,7 +272,9 @@ impl Facts {
     /// clocks) where only first runs were measured: a start then costs what they took beyond
     /// it. Facts from warm calls stay as they are.
     pub fn warm_at_most(self, warm_ms: f64) -> Self {
-        if !self.first_only || !(warm_ms < self.warm_ms) {
+        // (A NaN bound is no bound.)
+        if !self.first_only || warm_ms.partial_cmp(&self.warm_ms) != Some(std::cmp::Ordering::Less)
+        {
             return self;
         }
         Self {
