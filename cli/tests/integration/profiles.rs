@@ -184,9 +184,11 @@ async fn figures_learned_from_calls_converge_to_the_backends_known_delays() {
         assert_eq!((b.calls, b.cold_starts), (12, 1), "{function}");
         assert_eq!(b.exec_ms, exec, "{function}");
         assert_eq!(b.cold_ms, Some(cold), "{function}");
-        // The node's own figures: the cold start as the answer reported it, and a warm call's
-        // time from arrival to answer, which cannot be shorter than the function ran.
-        assert_eq!(m.cold_ms, Some(cold), "{function}");
+        // The node's own figures: a start, which costs the cold start the answer reported and
+        // whatever the first run took beyond a warm call (here the fake's first run is as long
+        // as a warm one: scheduling noise only), and a warm call's time from arrival to answer,
+        // which cannot be shorter than the function ran.
+        assert!(m.cold_ms.is_some_and(|c| c >= cold), "{function}: {m:?}");
         assert!(m.warm_ms >= exec, "{function}: {m:?}");
         assert_eq!(m.memory_mb, 128.0, "{function}: the default size");
     }
@@ -362,7 +364,8 @@ async fn load_reports_carry_a_nodes_profiles_to_the_other_nodes() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(theirs.warm_ms, own.warm_ms);
-    assert_eq!(theirs.cold_ms, Some(40.0));
+    assert_eq!(theirs.cold_ms, own.cold_ms);
+    assert!(own.cold_ms.is_some_and(|c| c >= 40.0), "{own:?}");
     // cbd timed the reports it sent to docklands.
     assert!(
         links.get("docklands").is_some_and(|ms| *ms > 0.0),
