@@ -391,14 +391,19 @@ impl NodeState {
         self.place.call_timeout()
     }
 
-    /// Its queue, calls in flight and warm instances per function, for the fleet's load reports.
+    /// Its queue, calls in flight and warm instances per function, for the fleet's load reports:
+    /// of the configured functions and of every other one called here (deployed or generated:
+    /// without its instances in the report, another edge took this node for one with none, and
+    /// predicted a new instance for every call it sent here).
     pub fn load(&self) -> geofaas_fleet::NodeLoad {
+        let mut names: std::collections::BTreeSet<String> = self.scheduling.profiles.names();
+        names.extend(self.place.topology.functions.iter().map(|f| f.name.clone()));
         let mut functions = std::collections::BTreeMap::new();
-        for f in &self.place.topology.functions {
+        for name in names {
             for b in self.directory.backends() {
-                if let Some(s) = b.stats(&f.name) {
+                if let Some(s) = b.stats(&name) {
                     let e: &mut geofaas_fleet::FunctionLoad =
-                        functions.entry(f.name.clone()).or_default();
+                        functions.entry(name.clone()).or_default();
                     e.idle += s.idle;
                     e.busy += s.busy;
                 }

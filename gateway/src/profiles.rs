@@ -323,6 +323,11 @@ impl ProfileBook {
         self.settled(function, call);
     }
 
+    /// The functions this node learned anything of (called here, or run by a backend here).
+    pub fn names(&self) -> std::collections::BTreeSet<String> {
+        read(&self.functions).keys().cloned().collect()
+    }
+
     /// How many calls of `function` arrived here over the last `window` (at most [`WINDOW`]).
     pub fn arrived_within(&self, function: &str, window: Duration) -> usize {
         let now = Instant::now();

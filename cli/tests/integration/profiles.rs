@@ -347,15 +347,21 @@ async fn load_reports_carry_a_nodes_profiles_to_the_other_nodes() {
     let docklands = f.node("docklands").current();
     let stale = geofaas_gateway::loads::stale_ms(&docklands.place.topology);
     let give_up = std::time::Instant::now() + Duration::from_secs(60);
-    let (theirs, links) = loop {
+    let (theirs, links, instances) = loop {
         let seen = docklands
             .scheduling
             .loads
             .with_fresh("cbd", now_ms(), stale, |r| {
-                (r.load.profiles.get("quick").copied(), r.load.links.clone())
+                (
+                    r.load.profiles.get("quick").copied(),
+                    r.load.links.clone(),
+                    r.load.functions.get("quick").cloned(),
+                )
             });
-        if let Some((Some(p), links)) = seen.filter(|(p, _)| p.is_some_and(|p| p.calls == 6)) {
-            break (p, links);
+        if let Some((Some(p), links, instances)) =
+            seen.filter(|(p, _, _)| p.is_some_and(|p| p.calls == 6))
+        {
+            break (p, links, instances);
         }
         assert!(
             std::time::Instant::now() < give_up,
@@ -366,6 +372,9 @@ async fn load_reports_carry_a_nodes_profiles_to_the_other_nodes() {
     assert_eq!(theirs.warm_ms, own.warm_ms);
     assert_eq!(theirs.cold_ms, own.cold_ms);
     assert!(own.cold_ms.is_some_and(|c| c >= 40.0), "{own:?}");
+    // `quick` has no `[[function]]`; its warm instance at cbd is in the report all the same.
+    let instances = instances.expect("quick's instances reported");
+    assert_eq!((instances.idle, instances.busy), (1, 0));
     // cbd timed the reports it sent to docklands.
     assert!(
         links.get("docklands").is_some_and(|ms| *ms > 0.0),
