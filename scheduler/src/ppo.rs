@@ -781,53 +781,23 @@ mod tests {
 
     #[test]
     fn the_busy_margin_masks_only_options_on_busy_nodes() {
-        use crate::model::{FunctionProfile, GeoPoint, NodeSpec};
-        use crate::{Candidate, Measured, RequestInfo};
+        use crate::model::GeoPoint;
+        use crate::Measured;
         let link = crate::sim::SimConfig::default().link;
         let here = GeoPoint::new(52.52, 13.40);
         // Warm everywhere; measured: the best at 100 ms, a roomy node 20 % behind, a busy one
         // (calls share its cores) 20 % behind, and one 40 % behind.
-        let node = |exec_ms, queue_ms| Candidate {
-            node: NodeSpec {
-                location: here,
-                cores: 4.0,
-                ghz: 2.4,
-                memory_mb: 8192.0,
-                bandwidth_mbps: 1000.0,
-                access_ms: 0.0,
-            },
-            free_cores: 4.0,
-            free_memory_mb: 4096.0,
-            evictable_memory_mb: 0.0,
-            blocked_cold_ms: 0.0,
-            idle: 1,
-            busy: 0,
-            wait_ms: 0.0,
-            measured: Some(Measured {
+        let node = |exec_ms, queue_ms| {
+            let m = Measured {
                 cold_ms: 1000.0,
                 exec_ms,
-                link_ms: 0.0,
                 queue_ms,
-                calls_per_core: 0.0,
-                reuses: 0.0,
-            }),
+                ..Measured::default()
+            };
+            roomy_node(here, 1, m)
         };
         let obs = Observation {
-            request: RequestInfo {
-                function_id: 0,
-                profile: FunctionProfile {
-                    cpu_ms: 50.0,
-                    cores: 1.0,
-                    memory_mb: 128.0,
-                    image_mb: 50.0,
-                    init_ms: 100.0,
-                    input_kb: 1.0,
-                    slo_ms: 1000.0,
-                },
-                source: here,
-                input_kb: 1.0,
-                slo_ms: 1000.0,
-            },
+            request: one_core_request(here, 50.0, 128.0, 50.0),
             candidates: vec![
                 node(100.0, 0.0),
                 node(120.0, 0.0),
@@ -860,6 +830,52 @@ mod tests {
         assert_eq!(kept(&p, &loaded), vec![(0, false), (2, false)]);
     }
 
+    /// A 4-core node at `at` with room, `idle` instances of the function and `m` measured.
+    fn roomy_node(at: crate::model::GeoPoint, idle: u32, m: crate::Measured) -> crate::Candidate {
+        crate::Candidate {
+            node: crate::model::NodeSpec {
+                location: at,
+                cores: 4.0,
+                ghz: 2.4,
+                memory_mb: 8192.0,
+                bandwidth_mbps: 1000.0,
+                access_ms: 0.0,
+            },
+            free_cores: 4.0,
+            free_memory_mb: 4096.0,
+            evictable_memory_mb: 0.0,
+            blocked_cold_ms: 0.0,
+            idle,
+            busy: 0,
+            wait_ms: 0.0,
+            measured: Some(m),
+        }
+    }
+
+    /// A one-core call from `at` with a 1 s SLO.
+    fn one_core_request(
+        at: crate::model::GeoPoint,
+        cpu_ms: f64,
+        memory_mb: f64,
+        image_mb: f64,
+    ) -> crate::RequestInfo {
+        crate::RequestInfo {
+            function_id: 0,
+            profile: crate::model::FunctionProfile {
+                cpu_ms,
+                cores: 1.0,
+                memory_mb,
+                image_mb,
+                init_ms: 100.0,
+                input_kb: 1.0,
+                slo_ms: 1000.0,
+            },
+            source: at,
+            input_kb: 1.0,
+            slo_ms: 1000.0,
+        }
+    }
+
     /// The options `p`'s margins leave of `obs`: (candidate, new instance), sorted.
     fn kept(p: &PpoPolicy, obs: &Observation) -> Vec<(usize, bool)> {
         let mut f = featurize(&p.link, obs);
@@ -876,51 +892,23 @@ mod tests {
 
     #[test]
     fn a_first_instance_is_weighed_with_what_it_saves_the_calls_that_reuse_it() {
-        use crate::model::{FunctionProfile, GeoPoint, NodeSpec};
-        use crate::{Candidate, Measured, RequestInfo};
+        use crate::model::GeoPoint;
+        use crate::Measured;
         let link = crate::sim::SimConfig::default().link;
         let here = GeoPoint::new(52.52, 13.40);
-        let node = |idle, cold_ms, exec_ms, link_ms| Candidate {
-            node: NodeSpec {
-                location: here,
-                cores: 4.0,
-                ghz: 2.4,
-                memory_mb: 8192.0,
-                bandwidth_mbps: 1000.0,
-                access_ms: 0.0,
-            },
-            free_cores: 4.0,
-            free_memory_mb: 4096.0,
-            evictable_memory_mb: 0.0,
-            blocked_cold_ms: 0.0,
-            idle,
-            busy: 0,
-            wait_ms: 0.0,
-            measured: Some(Measured {
+        let node = |idle, cold_ms, exec_ms, link_ms| {
+            let m = Measured {
                 cold_ms,
                 exec_ms,
                 link_ms,
                 ..Measured::default()
-            }),
+            };
+            roomy_node(here, idle, m)
         };
         // This edge: no instance yet, a new one 160 ms + 6 ms; the cloud: warm, 12 ms and
         // 28 ms there and back (40 ms), a new instance there 100 ms.
         let mut obs = Observation {
-            request: RequestInfo {
-                function_id: 0,
-                profile: FunctionProfile {
-                    cpu_ms: 5.0,
-                    cores: 1.0,
-                    memory_mb: 64.0,
-                    image_mb: 10.0,
-                    init_ms: 100.0,
-                    input_kb: 1.0,
-                    slo_ms: 1000.0,
-                },
-                source: here,
-                input_kb: 1.0,
-                slo_ms: 1000.0,
-            },
+            request: one_core_request(here, 5.0, 64.0, 10.0),
             candidates: vec![node(0, 160.0, 6.0, 0.0), node(1, 60.0, 12.0, 28.0)],
         };
         let weights = crate::cli::shipped_weights("berlin").expect("shipped");
