@@ -82,7 +82,7 @@ mod tests {
     /// A function added to `functions/` must be added to the bundle too.
     #[test]
     fn bundle_holds_every_example_function_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../functions");
+        let root = geofaas_test_support::paths::manifest_dir().join("../functions");
         let mut on_disk = Vec::new();
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {

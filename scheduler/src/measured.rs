@@ -362,9 +362,16 @@ mod tests {
 mod topology_tests {
     use super::*;
 
+    /// This crate's folder, as cargo or nextest set it when running the test (not where the
+    /// binary was compiled: a shared target dir reuses it from another clone).
+    fn crate_dir() -> std::path::PathBuf {
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("set by cargo")
+            .into()
+    }
+
     fn small_edge() -> Topology {
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples/berlin-small-edge.toml");
+        let file = crate_dir().join("../examples/berlin-small-edge.toml");
         Topology::load_config(&file).unwrap()
     }
 
@@ -469,8 +476,7 @@ mod topology_tests {
 
     #[test]
     fn on_the_captured_high_load_keeping_calls_at_home_is_far_behind_greedy() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("testdata/profiles/highload-small-edge");
+        let dir = crate_dir().join("testdata/profiles/highload-small-edge");
         let files: Vec<MeasuredProfiles> = ["potsdam", "tu-berlin", "cloud"]
             .iter()
             .map(|n| MeasuredProfiles::load(&dir.join(format!("{n}.json"))).unwrap())
@@ -546,7 +552,7 @@ mod topology_tests {
                 "links": {"potsdam": 6.0, "cloud": 30.0}}"#,
         )
         .unwrap();
-        let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/berlin.toml");
+        let file = crate_dir().join("../examples/berlin.toml");
         let mut topo = Topology::load_config(&file).unwrap();
         let link = LinkModel::default();
         MeasuredProfiles::load(&path)

@@ -6,6 +6,7 @@
 //! - [`server`]: run an axum router on `127.0.0.1:0` and kill it, connections included;
 //! - [`tinyfaas`]: a protocol-faithful fake tinyFaaS (proxy + manager);
 //! - [`openwhisk`]: a protocol-faithful fake Apache OpenWhisk controller;
+//! - [`paths`]: the repository's files, found at run time (not where the test was compiled);
 //! - [`peers`]: start real third-party peers (serverless-offline, moto) as child processes.
 
 #![forbid(unsafe_code)]
@@ -14,6 +15,7 @@ pub mod delays;
 pub mod etcd;
 pub mod memory;
 pub mod openwhisk;
+pub mod paths;
 pub mod peers;
 pub mod server;
 pub mod tinyfaas;

@@ -123,7 +123,7 @@ impl ServerlessOffline {
 
 /// The serverless project of the functions-adapter tests (`functions-adapter/tests/peers/serverless`).
 pub fn serverless_project() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../functions-adapter/tests/peers/serverless")
+    crate::paths::workspace_root().join("functions-adapter/tests/peers/serverless")
 }
 
 /// Credentials of an IAM user created in moto.

@@ -104,7 +104,7 @@ impl Drop for Fleet {
 }
 
 fn topology_text(dir: &Path, ports: [u16; 2]) -> String {
-    let functions = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/chaos-functions");
+    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/chaos-functions");
     let node = |id: &str, role: &str, lat: f64, lon: f64, area: &str, port: u16| {
         format!(
             "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = {lat}, lon = {lon} }}\n{area}\

@@ -1,7 +1,6 @@
 //! A three-node cluster of the Berlin topology on loopback port 0, with real TLS, real
 //! worker processes and a shared offload secret.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use geofaas_config::Topology;
@@ -42,7 +41,7 @@ impl Cluster {
             .map(|l| l.local_addr().unwrap().port())
             .collect();
         let text = text(&ports);
-        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata");
+        let base = geofaas_test_support::paths::manifest_dir().join("testdata");
         let topology =
             Arc::new(Topology::parse(&text, "cluster.toml", &base).expect("test topology"));
         let tls = TlsMaterial::generate(&["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();

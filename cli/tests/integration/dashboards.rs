@@ -8,7 +8,7 @@ use geofaas_gateway::metrics;
 use geofaas_test_support::peers::require;
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    geofaas_test_support::paths::manifest_dir()
         .join("..")
         .join(path)
 }

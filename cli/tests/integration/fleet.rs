@@ -41,7 +41,7 @@ struct Fleet {
 /// The file's shared part: zone, TLS, registry (with `registry` added), DNS, the functions,
 /// and the cloud.
 fn common(dir: &Path, etcd: &str, registry: &str, dns_port: u16, cloud_port: u16) -> String {
-    let functions = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/edge-functions");
+    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/edge-functions");
     format!(
         r#"zone = "geofaas.test."
 [gateway]
@@ -89,7 +89,7 @@ fn edge(id: &str, like: &str, ip: &str, port: u16) -> String {
     let Some(AreaConfig::Wkt(wkt)) = &n.area else {
         panic!("{like} has a WKT area")
     };
-    let functions = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/edge-functions");
+    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/edge-functions");
     format!(
         "\n[[node]]\nid = \"{id}\"\nrole = \"edge\"\nlocation = {{ lat = {}, lon = {} }}\narea.wkt = \"{wkt}\"\npublic_url = \"https://{ip}:{port}\"\nlisten = \"{ip}:{port}\"\n[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
         n.location.lat,

@@ -160,7 +160,7 @@ async fn reloads_apply_valid_topologies_refuse_invalid_ones_and_drop_no_call() {
         topology_text(p, 1 << 20)
     })
     .await;
-    let base = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let base = geofaas_test_support::paths::manifest_dir().join("testdata");
     let parse = |text: &str| Arc::new(Topology::parse(text, "reload.toml", &base).unwrap());
     let plain = topology_text(&ports, 1 << 20);
     let hash = geofaas_gateway::access::sha256_hex("k");

@@ -23,7 +23,7 @@ fn free_ports() -> [u16; 3] {
 }
 
 fn functions_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    geofaas_test_support::paths::manifest_dir()
         .join("../functions")
         .canonicalize()
         .unwrap()

@@ -415,7 +415,7 @@ async fn corrupt_weights_fall_back_to_greedy_with_one_log_line_and_sighup_loads_
     let weights = dir.path().join("melbourne.safetensors");
     std::fs::write(&weights, b"not a safetensors file").unwrap();
     let ports = [free_port(), free_port(), free_port()];
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
+    let base = geofaas_test_support::paths::manifest_dir().join("testdata");
     let text = melbourne(&ports)
         .replace(
             "policy = \"greedy\"",

@@ -93,7 +93,7 @@ fn topology(ports: &[u16; 3], keys: bool) -> String {
 impl Up {
     fn start(keys: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let echo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../functions/echo");
+        let echo = geofaas_test_support::paths::manifest_dir().join("../functions/echo");
         copy_dir(&echo, &dir.path().join("edge-functions/echo"));
         copy_dir(&echo, &dir.path().join("cloud-functions/echo"));
         // Only the cloud serves `cloudecho`: an edge offloads it.
@@ -543,7 +543,7 @@ async fn a_subscriber_that_never_reads_loses_counted_events_and_every_call_succe
 
 #[test]
 fn the_live_map_in_chromium_shows_every_node_and_area_and_a_curl_call() {
-    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let browser = geofaas_test_support::paths::manifest_dir().join("tests/browser");
     assert!(
         browser.join("node_modules/playwright-core").is_dir(),
         "run `npm ci --prefix cli/tests/browser` (scripts/test.sh does) for the browser test"

@@ -66,12 +66,12 @@ async fn listed_function_without_folder_is_an_error() {
         functions: Some(vec!["pid".into(), "missing".into()]),
         ..fixtures()
     };
-    let err = LocalRuntime::new(&cfg, crate::crate_dir()).expect_err("missing");
+    let err = LocalRuntime::new(&cfg, &crate::crate_dir()).expect_err("missing");
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
 #[test]
 fn new_outside_tokio_is_an_error() {
-    let err = LocalRuntime::new(&fixtures(), crate::crate_dir()).expect_err("no runtime");
+    let err = LocalRuntime::new(&fixtures(), &crate::crate_dir()).expect_err("no runtime");
     assert!(matches!(err, LocalError::NoTokioRuntime), "{err:?}");
 }

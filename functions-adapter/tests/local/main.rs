@@ -21,8 +21,8 @@ use geofaas_functions::local::{load_function, FunctionSpec, LocalRuntime};
 use geofaas_functions::{ContainerChoice, FunctionBackend, Invocation, InvokeError, InvokeOutput};
 
 /// The crate folder (base of relative `functions_dir`s).
-pub fn crate_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+pub fn crate_dir() -> PathBuf {
+    geofaas_test_support::paths::manifest_dir()
 }
 
 /// Settings serving the test fixtures, short timeouts so failures fail fast.
@@ -38,7 +38,7 @@ pub fn fixtures() -> LocalBackend {
 
 /// A runtime over `cfg` (relative to the crate folder); panics with the error if it fails.
 pub fn runtime(cfg: &LocalBackend) -> LocalRuntime {
-    match LocalRuntime::new(cfg, crate_dir()) {
+    match LocalRuntime::new(cfg, &crate_dir()) {
         Ok(rt) => rt,
         Err(e) => panic!("local runtime did not start: {e}"),
     }

@@ -285,6 +285,6 @@ fn too_many_workers_is_an_error_naming_the_field() {
         node_spares: 17,
         ..fixtures()
     };
-    let err = LocalRuntime::new(&cfg, crate::crate_dir()).expect_err("node_spares = 17");
+    let err = LocalRuntime::new(&cfg, &crate::crate_dir()).expect_err("node_spares = 17");
     assert!(err.to_string().contains("node_spares"), "{err}");
 }

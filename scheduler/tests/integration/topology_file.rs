@@ -9,7 +9,9 @@ use geofaas_scheduler::workload::{Workload, WorkloadConfig};
 
 #[test]
 fn the_berlin_topology_file_simulates_with_its_own_functions() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/berlin.toml");
+    let path =
+        std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"))
+            .join("../examples/berlin.toml");
     let topo = Topology::load_config(&path).unwrap();
     assert_eq!(topo.ids, ["tu-berlin", "potsdam", "cloud"]);
     assert_eq!(topo.nodes[2].access_ms, 12.5, "the cloud is remote");
