@@ -8,9 +8,7 @@ use geofaas_gateway::metrics;
 use geofaas_test_support::peers::require;
 
 fn repo(path: &str) -> PathBuf {
-    geofaas_test_support::paths::manifest_dir()
-        .join("..")
-        .join(path)
+    geofaas_test_support::paths::workspace_root().join(path)
 }
 
 /// Every `geofaas_*` metric name in `expr`, without the histogram series suffixes.
