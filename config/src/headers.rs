@@ -55,10 +55,11 @@ pub const GEO_DISTANCE_KM: &str = "x-geo-distance-km";
 /// function.
 pub const GEO_PREFIX: &str = "x-geo-";
 
-/// Request headers that never reach a function: hop-by-hop and framing headers, credentials,
-/// and the platform's own control headers (`prefer` decides async handling at the gateway; an
+/// Request headers that never reach a function: hop-by-hop and framing headers, credentials
+/// (the platform's API key travels in `Authorization`; cookies do reach HTTP functions), and
+/// the platform's own control headers (`prefer` decides async handling at the gateway; an
 /// offloaded async call runs synchronously at the cloud).
-const NOT_FORWARDED: [&str; 15] = [
+const NOT_FORWARDED: [&str; 14] = [
     "host",
     "connection",
     "keep-alive",
@@ -70,7 +71,6 @@ const NOT_FORWARDED: [&str; 15] = [
     "content-length",
     "authorization",
     "proxy-authorization",
-    "cookie",
     "prefer",
     OFFLOAD,
     RETRY,
@@ -104,7 +104,6 @@ mod tests {
             "connection",
             "authorization",
             "proxy-foo",
-            "cookie",
             OFFLOAD,
             "prefer",
         ] {
@@ -115,6 +114,7 @@ mod tests {
             CLIENT_LOCATION,
             GEOHASH,
             IDEMPOTENCY_KEY,
+            "cookie",
             "x-custom",
         ] {
             assert!(is_forwarded(h), "{h}");

@@ -171,6 +171,7 @@ fn copy_error(err: &InvokeError) -> InvokeError {
         InvokeError::Protocol(m) => InvokeError::Protocol(m.clone()),
         InvokeError::Refused(m) => InvokeError::Refused(m.clone()),
         InvokeError::CircuitOpen => InvokeError::CircuitOpen,
+        InvokeError::BadAnswer(m) => InvokeError::BadAnswer(m.clone()),
     }
 }
 

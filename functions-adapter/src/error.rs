@@ -65,6 +65,11 @@ pub enum InvokeError {
     /// The circuit breaker is open: the backend failed recently and is skipped for now.
     #[error("backend skipped: circuit open")]
     CircuitOpen,
+    /// The function answered something that is not a valid HTTP response (a status outside
+    /// 200-599, a header with CR/LF in it); the string names the function and what was wrong.
+    /// Nothing of the answer reaches the client.
+    #[error("{0}")]
+    BadAnswer(String),
 }
 
 impl InvokeError {
@@ -72,7 +77,9 @@ impl InvokeError {
     pub fn fault(&self) -> Fault {
         match self {
             Self::UnknownFunction(_) | Self::Refused(_) => Fault::Client,
-            Self::FunctionFailed { .. } | Self::OutputTooLarge { .. } => Fault::Function,
+            Self::FunctionFailed { .. } | Self::OutputTooLarge { .. } | Self::BadAnswer(_) => {
+                Fault::Function
+            }
             Self::Timeout(_) | Self::Network(_) => Fault::Network,
             Self::Overloaded { .. }
             | Self::Auth(_)
@@ -95,6 +102,7 @@ impl InvokeError {
         match self {
             Self::FunctionFailed { .. }
             | Self::OutputTooLarge { .. }
+            | Self::BadAnswer(_)
             | Self::Timeout(_)
             | Self::Network(_)
             | Self::Protocol(_) => true,

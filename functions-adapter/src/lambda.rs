@@ -295,16 +295,14 @@ fn classify(function: &str, reply: Reply, started: Instant) -> Result<InvokeOutp
             // A function geofaas deployed answers through its wrapper: unwrap the raw output.
             if let Some(body) = package::unwrap_body(&reply.body) {
                 return Ok(InvokeOutput {
-                    body,
                     exec: started.elapsed(),
-                    ..InvokeOutput::default()
+                    ..InvokeOutput::ok(body, None)
                 });
             }
+            let content_type = http_common::content_type(&reply.headers);
             Ok(InvokeOutput {
-                content_type: http_common::content_type(&reply.headers),
-                body: reply.body,
                 exec: started.elapsed(),
-                ..InvokeOutput::default()
+                ..InvokeOutput::ok(reply.body, content_type)
             })
         }
         _ => Err(error_reply(function, reply)),

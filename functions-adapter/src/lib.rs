@@ -16,6 +16,7 @@ pub mod catalog;
 mod error;
 mod factory;
 mod http_common;
+pub mod http_fn;
 pub mod lambda;
 pub mod local;
 pub mod openwhisk;
@@ -26,6 +27,7 @@ mod upstream;
 pub use breaker::{BreakerSettings, BreakerState, CircuitBreaker, Guarded};
 pub use error::{Fault, InvokeError};
 pub use factory::{build_backend, BuildError};
+pub use http_fn::{ByteStream, HttpRequest, Payload};
 pub use local::{LocalError, LocalRuntime, PoolStats};
 
 use std::time::{Duration, Instant};
@@ -63,6 +65,9 @@ pub type Context = Arc<[(HeaderName, HeaderValue)]>;
 pub struct Invocation {
     /// Function name as the topology lists it.
     pub function: String,
+    /// The HTTP request the client made: method, the path after `/fn/{name}`, the query, the
+    /// URL and the client's address. Shared by every backend a call tries.
+    pub http: Arc<HttpRequest>,
     /// Raw request body passed to the function.
     pub body: Bytes,
     /// Request headers the function may read (hop-by-hop and auth headers already removed).
@@ -83,6 +88,7 @@ impl Invocation {
     pub fn new(function: impl Into<String>, body: impl Into<Bytes>, timeout: Duration) -> Self {
         Self {
             function: function.into(),
+            http: Arc::default(),
             body: body.into(),
             headers: HeaderMap::new(),
             context: Context::default(),
@@ -115,12 +121,16 @@ impl Invocation {
 }
 
 /// What a successful call returns.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct InvokeOutput {
-    /// The function's raw output.
-    pub body: Bytes,
-    /// Content type the backend reported, if any (valid text).
-    pub content_type: Option<http::HeaderValue>,
+    /// The function's status code (`200` for a function that answers only a body).
+    pub status: http::StatusCode,
+    /// The function's own response headers, checked ([`http_fn::answer_headers`]): valid HTTP,
+    /// repeated ones kept apart, no hop-by-hop or platform header. `Content-Type` among them
+    /// when the function or its backend named one.
+    pub headers: HeaderMap,
+    /// The function's body, whole or streamed as it is produced.
+    pub body: Payload,
     /// Whether the call paid a cold start (a new instance was started for it).
     pub cold_start: bool,
     /// Time spent starting a new instance (zero when warm or unknown).
@@ -132,6 +142,21 @@ pub struct InvokeOutput {
     /// What the backend measured of the memory of the function's instances (the embedded
     /// runtime: the PSS of its workers), where it measures it.
     pub memory: Option<local::MemoryFigure>,
+}
+
+impl InvokeOutput {
+    /// A `200` with `body`, and `content_type` when the backend named one.
+    pub fn ok(body: Bytes, content_type: Option<HeaderValue>) -> Self {
+        let mut headers = HeaderMap::new();
+        if let Some(ct) = content_type {
+            headers.insert(http::header::CONTENT_TYPE, ct);
+        }
+        Self {
+            headers,
+            body: Payload::Full(body),
+            ..Self::default()
+        }
+    }
 }
 
 /// A function version to install on a remote platform (`geofaas deploy` at a node whose

@@ -183,16 +183,14 @@ pub(crate) fn params(body: &Bytes) -> Value {
 fn json_output(result: &Value, started: Instant) -> InvokeOutput {
     if let Some(body) = package::unwrap_result(result) {
         return InvokeOutput {
-            body,
             exec: started.elapsed(),
-            ..InvokeOutput::default()
+            ..InvokeOutput::ok(body, None)
         };
     }
+    let json = Some(http::HeaderValue::from_static("application/json"));
     InvokeOutput {
-        body: Bytes::from(result.to_string()),
-        content_type: Some(http::HeaderValue::from_static("application/json")),
         exec: started.elapsed(),
-        ..InvokeOutput::default()
+        ..InvokeOutput::ok(Bytes::from(result.to_string()), json)
     }
 }
 
@@ -407,7 +405,7 @@ mod tests {
     fn swagger_and_controller_activation_shapes_both_parse() {
         let controller = br#"{"response":{"status":"success","success":true,"result":{"n":1}}}"#;
         let out = activation_outcome(controller, Instant::now()).unwrap();
-        assert_eq!(&out.body[..], br#"{"n":1}"#);
+        assert_eq!(&out.body.full().unwrap()[..], br#"{"n":1}"#);
         let swagger = br#"{"result":{"status":"application error","value":{"error":"x"}}}"#;
         match activation_outcome(swagger, Instant::now()) {
             Err(InvokeError::FunctionFailed { body: Some(b), .. }) => {

@@ -118,10 +118,8 @@ impl TinyfaasAdapter {
             StatusCode::OK => {
                 self.check_body(function, &reply.body)?;
                 Ok(InvokeOutput {
-                    content_type: reply.content_type,
-                    body: reply.body,
                     exec: started.elapsed(),
-                    ..InvokeOutput::default()
+                    ..InvokeOutput::ok(reply.body, reply.content_type)
                 })
             }
             // Accepted for asynchronous execution (`X-tinyFaaS-Async`).

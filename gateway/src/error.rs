@@ -67,7 +67,7 @@ impl ApiError {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
-            "functions are called with GET or POST",
+            "functions are called with GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS",
         )
     }
 
@@ -139,6 +139,9 @@ impl ApiError {
                 "output_too_large",
                 format!("function {function:?} returned more than {limit} bytes"),
             ),
+            InvokeError::BadAnswer(what) => {
+                Self::new(StatusCode::BAD_GATEWAY, "bad_function_answer", what.clone())
+            }
             InvokeError::Overloaded { retry_after } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",

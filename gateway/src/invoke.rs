@@ -33,7 +33,7 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use geofaas_config::LatLon;
 use geofaas_functions::{
-    ContainerChoice, Context, FunctionBackend, Invocation, InvokeError, InvokeOutput,
+    ContainerChoice, Context, FunctionBackend, HttpRequest, Invocation, InvokeError, InvokeOutput,
 };
 
 use crate::error::ApiError;
@@ -50,6 +50,8 @@ use crate::schedule::LocalState;
 pub struct Call {
     /// Function name.
     pub function: String,
+    /// The HTTP request as the function sees it (method, sub-path, query, URL, address).
+    pub http: Arc<HttpRequest>,
     /// HTTP method (forwarded on offload).
     pub method: Method,
     /// Path and query (forwarded on offload).
@@ -359,7 +361,7 @@ async fn decide_and_run(
                     cold: out.cold,
                     backend: BackendRun::of(kind, &out),
                     others,
-                    answer: local_response(state, out, timing),
+                    answer: local_response(state, call, out, timing),
                     why,
                 },
                 Err((plan, err)) => Box::pin(carry_out(state, call, plan, &err)).await,
@@ -546,6 +548,7 @@ async fn serve_here(
     for (i, backend) in here.iter().enumerate() {
         let inv = Invocation {
             function: call.function.clone(),
+            http: call.http.clone(),
             body: call.body.clone(),
             headers: call.headers.clone(),
             context: call.context.clone(),
@@ -595,7 +598,7 @@ struct Timing {
     sched: Option<Duration>,
 }
 
-fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<Body> {
+fn local_response(state: &NodeState, call: &Call, out: InvokeOutput, t: Timing) -> Response<Body> {
     let mut timing = String::with_capacity(96);
     for (i, (name, d)) in [
         ("route", t.route),
@@ -617,14 +620,22 @@ fn local_response(state: &NodeState, out: InvokeOutput, t: Timing) -> Response<B
         timing.push_str(", sched;dur=");
         push_ms(&mut timing, d);
     }
-    let content_type = out
-        .content_type
-        .unwrap_or(HeaderValue::from_static("text/plain; charset=utf-8"));
-    let mut resp = Response::new(Body::from(out.body));
+    let metrics = &state.telemetry.metrics;
+    let mut resp = Response::new(crate::stream::body(
+        out.body,
+        &call.function,
+        call.received,
+        metrics,
+    ));
     let h = resp.headers_mut();
-    // Room for these, the placement headers and the request id: the map does not grow.
+    // The function's own headers, then the platform's; room for these, the placement headers
+    // and the request id: the map does not grow.
+    *h = out.headers;
     h.reserve(13);
-    h.insert(header::CONTENT_TYPE, content_type);
+    h.entry(header::CONTENT_TYPE)
+        .or_insert(HeaderValue::from_static(
+            geofaas_functions::http_fn::DEFAULT_CONTENT_TYPE,
+        ));
     h.insert(SERVED_BY, state.place.id_header.clone());
     h.insert(
         COLD_START,

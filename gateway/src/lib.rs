@@ -42,6 +42,7 @@ pub mod routes;
 pub mod routing;
 pub mod schedule;
 pub mod server;
+pub mod stream;
 pub mod tls;
 pub mod ui;
 

@@ -19,6 +19,11 @@ pub const CALL_SECONDS: &str = "geofaas_call_duration_seconds";
 pub const BACKEND_SECONDS: &str = "geofaas_backend_call_duration_seconds";
 /// Time to start a new instance, per `function`.
 pub const COLD_START_SECONDS: &str = "geofaas_cold_start_duration_seconds";
+/// Time from receiving a call to the first byte of its streamed body, per `function`.
+pub const STREAM_FIRST_BYTE_SECONDS: &str = "geofaas_stream_first_byte_seconds";
+/// Streamed bodies that ended early, per `function` and `why` (`too_large`, `failed`,
+/// `client_gone`).
+pub const STREAMS_CUT: &str = "geofaas_streams_cut_total";
 /// Calls answered with a `307` handover, by target node `to`.
 pub const HANDOVERS: &str = "geofaas_handovers_total";
 /// Calls this edge offloaded to the cloud, by `reason`.
@@ -112,6 +117,10 @@ impl NodeMetrics {
             ),
             (COLD_START_SECONDS, "Time to start a new function instance"),
             (
+                STREAM_FIRST_BYTE_SECONDS,
+                "Time from a call's arrival to the first byte of its streamed body",
+            ),
+            (
                 DECISION_SECONDS,
                 "Time the scheduler policy took to place one call",
             ),
@@ -127,6 +136,11 @@ impl NodeMetrics {
             HANDOVERS.into(),
             None,
             "Calls handed over with a 307".into(),
+        );
+        recorder.describe_counter(
+            STREAMS_CUT.into(),
+            None,
+            "Streamed bodies cut before their end, by why".into(),
         );
         recorder.describe_counter(OFFLOADS.into(), None, "Calls offloaded to the cloud".into());
         recorder.describe_counter(
@@ -233,6 +247,16 @@ impl NodeMetrics {
     /// A new instance was started for `function`.
     pub fn cold_start(&self, function: &str, d: Duration) {
         self.observe(COLD_START_SECONDS, &[("function", function)], d);
+    }
+
+    /// The first byte of `function`'s streamed body, `d` after the call arrived.
+    pub fn stream_first_byte(&self, function: &str, d: Duration) {
+        self.observe(STREAM_FIRST_BYTE_SECONDS, &[("function", function)], d);
+    }
+
+    /// A streamed body of `function` ended early (`why`: `too_large`, `failed`, `client_gone`).
+    pub fn stream_cut(&self, function: &str, why: &'static str) {
+        self.count(STREAMS_CUT, &[("function", function), ("why", why)]);
     }
 
     /// A `307` to node `to`.

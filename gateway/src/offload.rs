@@ -14,16 +14,24 @@ use geofaas_functions::InvokeError;
 
 use crate::auth::OffloadKey;
 
-/// Response headers of the cloud that reach the client.
-const PASSED_BACK: [&str; 7] = [
-    "content-type",
-    headers::SERVED_BY,
-    headers::FUNCTION_VERSION,
-    headers::COLD_START,
-    headers::SERVER_TIMING,
-    headers::IDEMPOTENT_REPLAYED,
-    "retry-after",
+/// Response headers of the other node that stay behind: the framing of that connection and its
+/// request id (the edge puts the call's own on the answer). Every other header, the function's
+/// and the platform's, reaches the client.
+const KEPT_BACK: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    headers::REQUEST_ID,
 ];
+
+/// Answers up to this size (by their `Content-Length`) are read whole before they are passed
+/// on, so an answer cut off on the way is a clear error; longer ones, and streamed ones, are
+/// passed on as they arrive.
+const READ_WHOLE: u64 = 64 * 1024;
 
 /// The link from an edge to the other nodes: a connection-reusing HTTPS client that signs what
 /// it sends, to the cloud gateway and, for the scheduler, to the neighbouring edges.
@@ -138,22 +146,26 @@ impl NodeLink {
                 InvokeError::Network(format!("{base}: {e}"))
             }
         })?;
-        let status = resp.status();
-        let mut out = Response::builder().status(status);
-        for name in PASSED_BACK {
-            if let Some(v) = resp.headers().get(name) {
-                out = out.header(name, v);
+        let mut out = Response::new(Body::empty());
+        *out.status_mut() = resp.status();
+        let h = out.headers_mut();
+        for (name, value) in resp.headers() {
+            if !KEPT_BACK.contains(&name.as_str()) {
+                h.append(name.clone(), value.clone());
             }
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| InvokeError::Network(format!("{base}: the answer was cut off: {e}")))?;
-        out = out.header(
+        h.insert(
             HeaderName::from_static(OFFLOADED_FROM),
             HeaderValue::from_str(&self.me).unwrap_or(HeaderValue::from_static("edge")),
         );
-        out.body(Body::from(body))
-            .map_err(|e| InvokeError::Protocol(format!("{base}: a malformed answer: {e}")))
+        *out.body_mut() = if resp.content_length().is_some_and(|n| n <= READ_WHOLE) {
+            let body = resp.bytes().await.map_err(|e| {
+                InvokeError::Network(format!("{base}: the answer was cut off: {e}"))
+            })?;
+            Body::from(body)
+        } else {
+            Body::from_stream(resp.bytes_stream())
+        };
+        Ok(out)
     }
 }

@@ -30,6 +30,8 @@ use serde_json::json;
 use tower::ServiceExt as _;
 use tracing::Instrument as _;
 
+use geofaas_functions::HttpRequest;
+
 use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
@@ -61,6 +63,7 @@ pub fn router_live(live: Arc<Live>) -> Router {
 fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
     Router::new()
         .route("/fn/{name}", any(call_function))
+        .route("/fn/{name}/{*rest}", any(call_function))
         .route("/activations/{id}", get(activation))
         .route("/functions", get(functions))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -103,7 +106,7 @@ impl Api {
 
     /// Answers one request from `client`.
     pub async fn serve(&self, mut req: Request<Body>, client: SocketAddr) -> Response<Body> {
-        if let Some(name) = plain_function_name(req.uri().path()) {
+        if let Some((name, _)) = function_target(req.uri().path()) {
             let (live, name) = (self.live.clone(), name.to_owned());
             return guarded(self.limits, req, |req| call(live, name, Some(client), req)).await;
         }
@@ -115,11 +118,60 @@ impl Api {
     }
 }
 
-/// The name in `/fn/{name}` when the router would pass it on unchanged: one segment, no
-/// percent-encoding (those take the router, which decodes them).
-fn plain_function_name(path: &str) -> Option<&str> {
+/// The name in `/fn/{name}[/sub/path]` when the router would pass it on unchanged (no
+/// percent-encoding in the name: those take the router, which decodes them), and the path after
+/// it as sent (`/` when there is none).
+fn function_target(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/fn/")?;
+    let (name, sub) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    (!name.is_empty() && !name.contains('%')).then_some((name, sub))
+}
+
+/// The path after `/fn/{name}` of a call's URI, as sent (`/` when there is none).
+fn sub_path(path: &str) -> &str {
     path.strip_prefix("/fn/")
-        .filter(|n| !n.is_empty() && !n.contains(['/', '%']))
+        .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+        .unwrap_or("/")
+}
+
+/// The methods a function may be called with.
+fn callable(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET
+            | Method::HEAD
+            | Method::POST
+            | Method::PUT
+            | Method::PATCH
+            | Method::DELETE
+            | Method::OPTIONS
+    )
+}
+
+/// The HTTP side of the call as the function sees it.
+fn http_request(parts: &Parts, client: Option<SocketAddr>) -> HttpRequest {
+    let host = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or("localhost");
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    HttpRequest {
+        method: parts.method.clone(),
+        path: sub_path(parts.uri.path()).to_owned(),
+        query: parts.uri.query().unwrap_or_default().to_owned(),
+        url: format!("https://{host}{path_and_query}"),
+        source_ip: client.map(|a| a.ip()),
+    }
 }
 
 /// Limits every request is held to before and around its handler.
@@ -234,7 +286,7 @@ async fn handle_call(
     seen: &mut crate::events::Seen,
     preconnect: &mut Option<HeaderValue>,
 ) -> Result<Response<Body>, ApiError> {
-    if parts.method != Method::GET && parts.method != Method::POST {
+    if !callable(&parts.method) {
         return Err(ApiError::method_not_allowed());
     }
     if !valid_function_name(&name) {
@@ -300,6 +352,7 @@ async fn handle_call(
         idempotency_key.map(|k| (k, idempotency::fingerprint(&path_and_query, &body)));
     let call = Call {
         function: name,
+        http: Arc::new(http_request(parts, client)),
         method: parts.method.clone(),
         path_and_query,
         headers: headers::for_function(&parts.headers),
@@ -347,7 +400,7 @@ fn caller_hash(
     h.finish()
 }
 
-/// No route: `/fn/a/b` is a bad function name (it never contains a slash), the rest a `404`.
+/// No route: `/fn/` without a name is a bad function name, the rest a `404`.
 async fn no_route(uri: Uri) -> ApiError {
     if uri.path().starts_with("/fn/") {
         return ApiError::bad_function_name();

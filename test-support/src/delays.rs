@@ -65,7 +65,7 @@ impl FunctionBackend for DelayBackend {
             *n -= 1;
         }
         Ok(InvokeOutput {
-            body: Bytes::from(call.function),
+            body: Bytes::from(call.function).into(),
             cold_start: first,
             cold,
             exec,

@@ -46,7 +46,7 @@ impl MemoryBackend {
     pub fn with_echo(self, name: &str) -> Self {
         self.with(name, |inv| {
             Ok(InvokeOutput {
-                body: inv.body.clone(),
+                body: inv.body.clone().into(),
                 ..Default::default()
             })
         })

@@ -636,13 +636,13 @@ impl LocalRuntime {
             None => (Duration::ZERO, elapsed),
         };
         Ok(InvokeOutput {
-            body,
-            content_type: None,
+            body: body.into(),
             cold_start,
             cold,
             exec,
             version: manager.spec.version.clone(),
             memory: manager.memory.figure(),
+            ..InvokeOutput::default()
         })
     }
 }

@@ -76,7 +76,10 @@ pub async fn call_with(
 /// The output of a call that must succeed, as text.
 pub async fn ok_text(rt: &LocalRuntime, function: &str, body: &str) -> (String, InvokeOutput) {
     match call(rt, function, body).await {
-        Ok(out) => (String::from_utf8_lossy(&out.body).into_owned(), out),
+        Ok(out) => (
+            String::from_utf8_lossy(out.body.full().expect("a whole body")).into_owned(),
+            out,
+        ),
         Err(e) => panic!("{function}({body:?}) failed: {e}"),
     }
 }

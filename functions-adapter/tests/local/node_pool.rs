@@ -20,7 +20,7 @@ async fn globals(rt: &LocalRuntime, choice: ContainerChoice) -> (u32, u32, u32) 
     let out = call_with(rt, "node-globals", "", choice, Duration::from_secs(15))
         .await
         .expect("node-globals call");
-    let text = String::from_utf8_lossy(&out.body).into_owned();
+    let text = String::from_utf8_lossy(out.body.full().expect("a whole body")).into_owned();
     let n: Vec<u32> = text.split(' ').filter_map(|w| w.parse().ok()).collect();
     assert_eq!(n.len(), 4, "unexpected output {text:?}");
     (n[0], n[2], n[3])

@@ -31,7 +31,7 @@ async fn function_prints_do_not_reach_the_output() {
     inv.headers
         .insert("x-test", HeaderValue::from_static("hdr"));
     let out = rt.invoke(inv).await.expect("call");
-    let text = String::from_utf8_lossy(&out.body);
+    let text = String::from_utf8_lossy(out.body.full().expect("a whole body"));
     assert!(text.ends_with(" hdr body"), "unexpected output {text:?}");
     assert!(!text.contains("noise"));
 }
@@ -50,7 +50,9 @@ async fn new_forces_a_fresh_process_and_stops_the_idle_one() {
     .await
     .expect("forced new");
     assert!(forced.cold_start);
-    let new = pid_of(&String::from_utf8_lossy(&forced.body));
+    let new = pid_of(&String::from_utf8_lossy(
+        forced.body.full().expect("a whole body"),
+    ));
     assert_ne!(old, new, "New must not reuse the warm worker");
     assert_gone(old).await;
     let reuse = call_with(
@@ -63,7 +65,12 @@ async fn new_forces_a_fresh_process_and_stops_the_idle_one() {
     .await
     .expect("reuse");
     assert!(!reuse.cold_start);
-    assert_eq!(pid_of(&String::from_utf8_lossy(&reuse.body)), new);
+    assert_eq!(
+        pid_of(&String::from_utf8_lossy(
+            reuse.body.full().expect("a whole body")
+        )),
+        new
+    );
 }
 
 #[tokio::test]
@@ -73,7 +80,7 @@ async fn nodejs_gets_body_and_headers_and_stays_warm() {
     inv.headers
         .insert("x-test", HeaderValue::from_static("hdr"));
     let out = rt.invoke(inv).await.expect("node call");
-    let text = String::from_utf8_lossy(&out.body).into_owned();
+    let text = String::from_utf8_lossy(out.body.full().expect("a whole body")).into_owned();
     assert!(out.cold_start);
     assert!(
         text.ends_with(" hdr from test"),

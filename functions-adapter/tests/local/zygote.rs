@@ -21,7 +21,7 @@ async fn globals(rt: &LocalRuntime, choice: ContainerChoice) -> (u32, u32, u32) 
     let out = call_with(rt, "globals", "", choice, Duration::from_secs(15))
         .await
         .expect("globals call");
-    let text = String::from_utf8_lossy(&out.body).into_owned();
+    let text = String::from_utf8_lossy(out.body.full().expect("a whole body")).into_owned();
     let n: Vec<u32> = text.split(' ').map(|w| w.parse().unwrap()).collect();
     (n[0], n[1], n[2])
 }

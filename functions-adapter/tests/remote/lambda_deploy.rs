@@ -111,7 +111,7 @@ async fn the_first_deploy_creates_the_function_and_the_next_updates_it() {
         .invoke(call("greet", r#"{"n":42}"#, Duration::from_secs(20)))
         .await
         .expect("moto answers the invoke");
-    assert_eq!(&out.body[..], br#"{"n":42}"#);
+    assert_eq!(&out.body.full().unwrap()[..], br#"{"n":42}"#);
 
     let sh = folder(&[("fn.sh", "#!/bin/sh\ncat\n")]);
     let err = backend

@@ -47,7 +47,7 @@ async fn node_handlers_success_thrown_error_timeout_and_unknown_function() {
         .await
         .expect("echo succeeds");
     assert_eq!(
-        json_of(&out.body),
+        json_of(out.body.full().unwrap()),
         json!({"handler": "node", "event": {"n": 100}})
     );
 
@@ -61,7 +61,7 @@ async fn node_handlers_success_thrown_error_timeout_and_unknown_function() {
         .await
         .unwrap();
     assert_eq!(
-        json_of(&out.body),
+        json_of(out.body.full().unwrap()),
         json!({"handler": "node", "event": "hello"})
     );
 
@@ -116,7 +116,7 @@ async fn node_handlers_success_thrown_error_timeout_and_unknown_function() {
         )
         .await
         .expect("event accepted");
-    assert!(queued.body.is_empty());
+    assert!(queued.body.full().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -134,7 +134,7 @@ async fn python_handlers_success_and_raised_error() {
         .await
         .expect("python echo succeeds");
     assert_eq!(
-        json_of(&out.body),
+        json_of(out.body.full().unwrap()),
         json!({"handler": "python", "event": {"n": 7}})
     );
 

@@ -38,7 +38,7 @@ async fn text(backend: &impl FunctionBackend, function: &str, body: &'static str
         .invoke(call(function, body, Duration::from_secs(20)))
         .await
         .unwrap_or_else(|e| panic!("{function}({body:?}): {e}"));
-    String::from_utf8(out.body.to_vec()).unwrap()
+    String::from_utf8(out.body.full().unwrap().to_vec()).unwrap()
 }
 
 #[tokio::test]

@@ -50,7 +50,7 @@ async fn invoke_passes_body_and_headers_and_returns_the_output() {
     c.headers
         .insert("connection", "keep-alive".parse().unwrap());
     let out = adapter.invoke(c).await.expect("echo succeeds");
-    assert_eq!(&out.body[..], b"primes below 100");
+    assert_eq!(&out.body.full().unwrap()[..], b"primes below 100");
     let calls = node.calls();
     let (name, headers, _) = calls.last().expect("the proxy saw the call");
     assert_eq!(name, "echo");
@@ -87,7 +87,7 @@ async fn a_200_with_the_functions_failure_marker_or_empty_body_is_a_function_fai
         .invoke(call("raises", "", Duration::from_secs(5)))
         .await
         .unwrap();
-    assert_eq!(&out.body[..], b"Error: division by zero");
+    assert_eq!(&out.body.full().unwrap()[..], b"Error: division by zero");
 }
 
 #[tokio::test]

@@ -75,7 +75,11 @@ async fn a_deploy_uploads_the_folder_and_a_redeploy_replaces_it() {
         .invoke(call("greet", "17", Duration::from_secs(5)))
         .await
         .unwrap();
-    assert_eq!(&out.body[..], b"17", "the fake's uploaded functions echo");
+    assert_eq!(
+        &out.body.full().unwrap()[..],
+        b"17",
+        "the fake's uploaded functions echo"
+    );
 
     std::fs::write(dir.path().join("fn.py"), "def fn(i, h):\n    return 'v2'\n").unwrap();
     let second = deploy("greet", "ba9876543210", Runtime::Python3, dir.path(), &[]);

@@ -110,8 +110,8 @@ async fn hello(a: &TinyfaasAdapter) {
         .invoke(call("echo", "hi", Duration::from_secs(5)))
         .await
         .unwrap();
-    assert_eq!(&out.body[..], b"Hello, World\n");
-    assert_eq!(out.content_type.unwrap(), "text/plain");
+    assert_eq!(&out.body.full().unwrap()[..], b"Hello, World\n");
+    assert_eq!(out.headers["content-type"], "text/plain");
 }
 
 #[tokio::test]
