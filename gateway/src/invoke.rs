@@ -627,6 +627,7 @@ fn local_response(state: &NodeState, call: &Call, out: InvokeOutput, t: Timing) 
         call.received,
         metrics,
     ));
+    *resp.status_mut() = out.status;
     let h = resp.headers_mut();
     // The function's own headers, then the platform's; room for these, the placement headers
     // and the request id: the map does not grow.

@@ -243,6 +243,7 @@ async fn call(
     let state = live.current();
     let received = Instant::now();
     let (parts, body) = req.into_parts();
+    let head = parts.method == Method::HEAD;
     let control = headers::Control::scan(&parts.headers);
     let request_id = headers::request_id(control.request_id);
     let span = tracing::debug_span!("call", node = %state.place.id, function = %name.escape_debug(), request_id = %String::from_utf8_lossy(request_id.as_bytes()));
@@ -264,6 +265,10 @@ async fn call(
         .instrument(span)
         .await
         .unwrap_or_else(IntoResponse::into_response);
+    if head {
+        // The answer to a HEAD has no body, whatever the function produced (h2 would send it).
+        *resp.body_mut() = Body::empty();
+    }
     crate::prewarm::preconnect::add(&mut resp, preconnect);
     // The call's one event and latency sample (`/events`, `/ui/state`).
     seen.publish(&state, received, &request_id, &resp);

@@ -14,6 +14,7 @@ mod fleet;
 mod geo;
 mod handover;
 mod http2;
+mod http_functions;
 mod idempotency;
 mod lifecycle;
 mod loadtest;

@@ -108,7 +108,7 @@ pub(crate) async fn run(
         tail.finish(STDERR_GRACE).await;
     }
     CallResult {
-        result,
+        result: result.map(super::worker::Reply::Raw),
         keep: true,
         startup,
     }

@@ -48,7 +48,6 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use deadpool::managed::{Object, PoolError};
 use geofaas_config::LocalBackend;
-use http::{HeaderName, HeaderValue};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -207,9 +206,11 @@ impl LocalRuntime {
             tokio::runtime::Handle::try_current().map_err(|_| LocalError::NoTokioRuntime)?;
         let specs = spec::scan(&base_dir.join(&cfg.functions_dir), cfg.functions.as_deref())?;
         let scripts = scratch::Scratch::create().map_err(LocalError::Bootstrap)?;
+        let node = interpreter("GEOFAAS_NODE", "node");
         let launch = Arc::new(Launch {
             python: interpreter("GEOFAAS_PYTHON", "python3"),
-            node: interpreter("GEOFAAS_NODE", "node"),
+            node_flags: node_flags(&node, cfg.memory_limit_mb),
+            node,
             python_bootstrap: write_script(scripts.path(), "worker.py", PYTHON_BOOTSTRAP)?,
             node_bootstrap: write_script(scripts.path(), "worker.js", NODE_BOOTSTRAP)?,
             memory_limit_mb: cfg.memory_limit_mb,
@@ -598,10 +599,10 @@ impl LocalRuntime {
             manager.prewarm.used();
         }
         let _first_call = cold.is_some().then(|| FirstCall(&manager.source));
-        let headers = headers_json(call.sent_headers());
+        let request_id = call.request_id();
+        let headers = request_head(&call, request_id.unwrap_or_default());
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());
-        let request_id = call.request_id();
         let call_fut = worker.call(
             &manager.spec,
             &manager.launch,
@@ -623,20 +624,46 @@ impl LocalRuntime {
             drop(Object::take(worker));
             return Err(InvokeError::Timeout(budget));
         };
-        if done.keep && !self.inner.stop.is_cancelled() {
-            worker.idle_since = std::time::Instant::now();
-            manager.memory.after_call(worker.pid());
-        } else {
-            drop(Object::take(worker));
+        let streaming = matches!(done.result, Ok(worker::Reply::Streaming(..)));
+        let mut worker = Some(worker);
+        if streaming {
+            // The instance stays in the call until its stream ends ([`stream_rest`]).
+        } else if done.keep && !self.inner.stop.is_cancelled() {
+            if let Some(w) = worker.as_mut() {
+                w.idle_since = std::time::Instant::now();
+                manager.memory.after_call(w.pid());
+            }
+        } else if let Some(w) = worker.take() {
+            drop(Object::take(w));
         }
-        let body = done.result?;
+        let (status, headers, body) = match done.result? {
+            worker::Reply::Raw(body) => (http::StatusCode::OK, http::HeaderMap::new(), body.into()),
+            worker::Reply::Whole(head, body) => {
+                let (status, headers) = answer_head(name, head)?;
+                (status, headers, body.into())
+            }
+            worker::Reply::Streaming(head, first) => {
+                let (status, headers) = answer_head(name, head)?;
+                let rest = StreamRest {
+                    worker: worker.take(),
+                    inner: self.inner.clone(),
+                    left: manager.launch.max_output_bytes.saturating_sub(first.len()),
+                    limit: manager.launch.max_output_bytes,
+                    deadline: started + budget,
+                    budget,
+                };
+                (status, headers, stream_rest(first, rest))
+            }
+        };
         let cold_start = cold.is_some();
         let (cold, exec) = match cold {
             Some(start) => (start + done.startup, elapsed.saturating_sub(done.startup)),
             None => (Duration::ZERO, elapsed),
         };
         Ok(InvokeOutput {
-            body: body.into(),
+            status,
+            headers,
+            body,
             cold_start,
             cold,
             exec,
@@ -734,6 +761,30 @@ fn interpreter(env: &str, default: &str) -> PathBuf {
     std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from)
 }
 
+/// The flags node runs with. Under an address-space limit V8's Wasm trap handler, which
+/// reserves about 10 GiB of address space for each Wasm memory, makes every Wasm instance fail
+/// with "Cannot allocate Wasm memory"; Node's own `Request`, `Response` and `fetch` (undici)
+/// instantiate one (llhttp) on first use. `--disable-wasm-trap-handler` (Node 20.15 and later)
+/// makes V8 bounds-check instead; an older node, which refuses the flag, runs without it.
+fn node_flags(node: &Path, memory_limit_mb: u64) -> Vec<std::ffi::OsString> {
+    const FLAG: &str = "--disable-wasm-trap-handler";
+    if memory_limit_mb == 0 {
+        return Vec::new();
+    }
+    let accepted = std::process::Command::new(node)
+        .args([FLAG, "-e", ""])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if accepted {
+        vec![FLAG.into()]
+    } else {
+        Vec::new()
+    }
+}
+
 fn write_script(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LocalError> {
     let path = dir.join(name);
     std::fs::write(&path, text).map_err(LocalError::Bootstrap)?;
@@ -742,21 +793,104 @@ fn write_script(dir: &Path, name: &str, text: &str) -> Result<PathBuf, LocalErro
 
 /// Request headers as the JSON object the bootstraps pass to the function (repeated headers
 /// joined with `, `, values that are not UTF-8 replaced lossily).
-fn headers_json<'a>(headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>) -> Vec<u8> {
-    let mut map = serde_json::Map::new();
-    for (name, value) in headers {
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        match map.get_mut(name.as_str()) {
-            Some(serde_json::Value::String(prev)) => {
-                prev.push_str(", ");
-                prev.push_str(&value);
+/// The request head a worker reads ([`worker::RequestHead`]).
+fn request_head(call: &Invocation, request_id: &str) -> Vec<u8> {
+    let head = worker::RequestHead {
+        method: call.http.method.as_str(),
+        path: &call.http.path,
+        query: &call.http.query,
+        url: &call.http.url,
+        source_ip: call.http.source_ip,
+        request_id,
+        headers: call
+            .sent_headers()
+            .map(|(name, value)| (name.as_str(), String::from_utf8_lossy(value.as_bytes())))
+            .collect(),
+    };
+    serde_json::to_vec(&head).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+/// A worker's answer head as the contract allows it ([`crate::http_fn`]).
+fn answer_head(
+    function: &str,
+    head: worker::AnswerHead,
+) -> Result<(http::StatusCode, http::HeaderMap), InvokeError> {
+    let status = crate::http_fn::answer_status(function, head.status)?;
+    let pairs = head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
+    Ok((status, crate::http_fn::answer_headers(function, pairs)?))
+}
+
+/// The rest of a streamed body: the instance producing it, the bytes it may still send, and
+/// the call's deadline.
+struct StreamRest {
+    worker: Option<Object<WorkerManager>>,
+    inner: Arc<Inner>,
+    left: usize,
+    limit: usize,
+    deadline: Instant,
+    budget: Duration,
+}
+
+impl Drop for StreamRest {
+    /// A stream dropped before its end (the client went away, a failure, the deadline) stops
+    /// the instance: it is in the middle of a call, so it never goes back to the pool.
+    fn drop(&mut self) {
+        if let Some(w) = self.worker.take() {
+            drop(Object::take(w));
+        }
+        self.inner.returned.notify_waiters();
+    }
+}
+
+/// `first`, then each chunk the instance of `rest` produces, until its end; then the instance
+/// goes back to its pool.
+fn stream_rest(first: bytes::Bytes, rest: StreamRest) -> crate::Payload {
+    use futures::StreamExt as _;
+    let first = futures::stream::once(async move { Ok(first) });
+    let more = futures::stream::unfold(rest, |mut rest| async move {
+        let worker = rest.worker.as_mut()?;
+        let read = tokio::time::timeout_at(rest.deadline, worker.next_chunk(rest.left)).await;
+        match read {
+            Ok(Ok(Some(chunk))) => {
+                rest.left = rest.left.saturating_sub(chunk.len());
+                Some((Ok(chunk), rest))
             }
-            _ => {
-                map.insert(name.as_str().to_owned(), serde_json::Value::String(value));
+            Ok(Ok(None)) => {
+                // Done: the instance is free again.
+                if let Some(mut w) = rest.worker.take() {
+                    w.idle_since = std::time::Instant::now();
+                    if rest.inner.stop.is_cancelled() {
+                        drop(Object::take(w));
+                    }
+                }
+                None
+            }
+            Ok(Err((e, keep))) => {
+                let e = match e {
+                    InvokeError::OutputTooLarge { .. } => {
+                        InvokeError::OutputTooLarge { limit: rest.limit }
+                    }
+                    e => e,
+                };
+                // An error ends the stream. An instance whose function raised after its head
+                // may serve again; any other is stopped.
+                if let Some(mut w) = rest.worker.take() {
+                    w.idle_since = std::time::Instant::now();
+                    if !keep {
+                        drop(Object::take(w));
+                    }
+                }
+                Some((Err(e), rest))
+            }
+            Err(_) => {
+                if let Some(w) = rest.worker.take() {
+                    drop(Object::take(w));
+                }
+                Some((Err(InvokeError::Timeout(rest.budget)), rest))
             }
         }
-    }
-    serde_json::to_vec(&map).unwrap_or_else(|_| b"{}".to_vec())
+    });
+    crate::Payload::Stream(Box::pin(first.chain(more)))
 }
 
 fn pool_error(e: PoolError<worker::StartError>, function: &str) -> InvokeError {

@@ -1,8 +1,12 @@
 //! One instance of a function: a warm worker process (python3, nodejs) or a prepared slot
 //! (binary), and the framed protocol spoken with the worker bootstraps.
 //!
-//! Frames (see `bootstrap/worker.py`): a request is `u32be len + headers JSON`, then
-//! `u32be len + body`; a reply is `u8 kind + u32be len + payload`.
+//! Frames (see `bootstrap/worker.py`): a request is `u32be len + head JSON` ([`RequestHead`]:
+//! method, sub-path, query, URL, client address, request id, headers), then `u32be len + body`;
+//! a reply is `u8 kind + u32be len + payload`. A function that answers only a body answers one
+//! frame of kind 0 (a `200`); an HTTP answer is a head of kind 7 (`{"status", "headers"}`),
+//! then either the whole body (kind 0) or its chunks as they are produced (kind 8 each, then
+//! kind 9), where a kind 1 or 4 ends the stream as a failure.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +25,11 @@ const KIND_RAISED: u8 = 1;
 pub(super) const KIND_READY: u8 = 2;
 const KIND_INIT_FAILED: u8 = 3;
 const KIND_RETIRE: u8 = 4;
+const KIND_HEAD: u8 = 7;
+const KIND_CHUNK: u8 = 8;
+const KIND_END: u8 = 9;
+/// Largest response head read from a worker.
+const MAX_HEAD: usize = 256 * 1024;
 /// Largest import-error report read from a starting worker.
 const MAX_INIT_REPORT: usize = 64 * 1024;
 /// How long a dying worker gets to exit and flush stderr before we stop waiting for it.
@@ -31,6 +40,8 @@ const DEATH_GRACE: Duration = Duration::from_millis(500);
 pub(crate) struct Launch {
     pub python: PathBuf,
     pub node: PathBuf,
+    /// Flags node is started with before its bootstrap (see [`super::node_flags`]).
+    pub node_flags: Vec<std::ffi::OsString>,
     pub python_bootstrap: PathBuf,
     pub node_bootstrap: PathBuf,
     pub memory_limit_mb: u64,
@@ -69,16 +80,48 @@ impl StartError {
     }
 }
 
+/// The head of a request as a worker reads it.
+#[derive(serde::Serialize)]
+pub(crate) struct RequestHead<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: &'a str,
+    pub url: &'a str,
+    pub source_ip: Option<std::net::IpAddr>,
+    pub request_id: &'a str,
+    /// In order, lower-case names, a name repeated for each of its values.
+    pub headers: Vec<(&'a str, std::borrow::Cow<'a, str>)>,
+}
+
+/// The head of an HTTP answer as a worker writes it (checked by [`crate::http_fn`]).
+#[derive(serde::Deserialize)]
+pub(crate) struct AnswerHead {
+    pub status: u64,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+}
+
+/// What a function answered.
+pub(crate) enum Reply {
+    /// Only a body: a `200`.
+    Raw(Bytes),
+    /// A status and headers, and the whole body.
+    Whole(AnswerHead, Bytes),
+    /// A status and headers, and the first chunk of a body that is still being produced: the
+    /// instance is in the call until [`ProcWorker::next_chunk`] reads its end.
+    Streaming(AnswerHead, Bytes),
+}
+
 /// The result of one call and whether the instance may serve another.
 pub(crate) struct CallResult {
-    pub result: Result<Bytes, InvokeError>,
+    pub result: Result<Reply, InvokeError>,
     pub keep: bool,
     /// Time the call spent starting a process (binary runtime; zero for warm workers).
     pub startup: Duration,
 }
 
 impl CallResult {
-    fn from_worker(result: Result<Bytes, InvokeError>, keep: bool) -> Self {
+    fn from_worker(result: Result<Reply, InvokeError>, keep: bool) -> Self {
         Self {
             result,
             keep,
@@ -188,6 +231,18 @@ impl Worker {
             None => super::binary::run(spec, launch, body, request_id).await,
         }
     }
+
+    /// The next chunk of a streamed body (`None` at its end, when the instance is free again),
+    /// at most `limit` bytes; on a failure, whether the instance may serve another call.
+    pub(crate) async fn next_chunk(
+        &mut self,
+        limit: usize,
+    ) -> Result<Option<Bytes>, (InvokeError, bool)> {
+        match &mut self.process {
+            Some(p) => p.next_chunk(limit).await,
+            None => Ok(None),
+        }
+    }
 }
 
 /// A running python3 or nodejs worker (or the zygote, or a fork server): a child process on
@@ -256,11 +311,12 @@ impl ProcWorker {
         launch: &Launch,
         extra: &[&std::ffi::OsStr],
     ) -> Result<Self, StartError> {
-        let (program, script) = match spec.runtime {
-            Runtime::Nodejs => (&launch.node, &launch.node_bootstrap),
-            _ => (&launch.python, &launch.python_bootstrap),
+        let (program, flags, script) = match spec.runtime {
+            Runtime::Nodejs => (&launch.node, &launch.node_flags[..], &launch.node_bootstrap),
+            _ => (&launch.python, &[][..], &launch.python_bootstrap),
         };
-        let mut args = vec![script.as_os_str(), spec.dir.as_os_str()];
+        let mut args: Vec<&std::ffi::OsStr> = flags.iter().map(|f| f.as_os_str()).collect();
+        args.extend([script.as_os_str(), spec.dir.as_os_str()]);
         args.extend_from_slice(extra);
         let label = super::logs::Writer::function(spec, &launch.logs);
         let mut worker = Self::spawn(
@@ -366,25 +422,58 @@ impl ProcWorker {
         if self.send(headers, body).await.is_err() {
             return self.died().await;
         }
-        match self.read_reply(limit).await {
-            Ok((KIND_OUTPUT, out)) => CallResult::from_worker(Ok(out), true),
-            Ok((kind @ (KIND_RAISED | KIND_RETIRE), report)) => {
-                let text = String::from_utf8_lossy(&report);
-                let message = proc::summary("the function raised", &text);
-                let failed = InvokeError::FunctionFailed {
-                    message,
-                    body: Some(report),
-                };
-                CallResult::from_worker(Err(failed), kind == KIND_RAISED)
+        let head = match self.read_reply(limit.max(MAX_HEAD)).await {
+            Ok((KIND_OUTPUT, out)) if out.len() <= limit => {
+                return CallResult::from_worker(Ok(Reply::Raw(out)), true)
             }
-            Ok((kind, _)) => {
-                let bad = InvokeError::Protocol(format!("worker sent frame kind {kind}"));
-                CallResult::from_worker(Err(bad), false)
+            Ok((KIND_OUTPUT, _)) | Err(ReadError::TooLarge) => {
+                return CallResult::from_worker(Err(InvokeError::OutputTooLarge { limit }), false)
+            }
+            Ok((KIND_HEAD, head)) => head,
+            Ok((kind, report)) => {
+                let (failed, keep) = failure(kind, report);
+                return CallResult::from_worker(Err(failed), keep);
+            }
+            Err(ReadError::Eof) => return self.died().await,
+        };
+        let head: AnswerHead = match serde_json::from_slice(&head) {
+            Ok(head) => head,
+            Err(e) => {
+                let bad = InvokeError::Protocol(format!("worker sent a bad answer head: {e}"));
+                return CallResult::from_worker(Err(bad), false);
+            }
+        };
+        match self.read_reply(limit).await {
+            Ok((KIND_OUTPUT, body)) => CallResult::from_worker(Ok(Reply::Whole(head, body)), true),
+            Ok((KIND_END, _)) => {
+                CallResult::from_worker(Ok(Reply::Whole(head, Bytes::new())), true)
+            }
+            Ok((KIND_CHUNK, first)) => {
+                CallResult::from_worker(Ok(Reply::Streaming(head, first)), true)
+            }
+            Ok((kind, report)) => {
+                let (failed, keep) = failure(kind, report);
+                CallResult::from_worker(Err(failed), keep)
             }
             Err(ReadError::TooLarge) => {
                 CallResult::from_worker(Err(InvokeError::OutputTooLarge { limit }), false)
             }
             Err(ReadError::Eof) => self.died().await,
+        }
+    }
+
+    /// See [`Worker::next_chunk`].
+    async fn next_chunk(&mut self, limit: usize) -> Result<Option<Bytes>, (InvokeError, bool)> {
+        match self.read_reply(limit).await {
+            Ok((KIND_CHUNK, chunk)) => Ok(Some(chunk)),
+            Ok((KIND_END, _)) => Ok(None),
+            Ok((kind, report)) => Err(failure(kind, report)),
+            Err(ReadError::TooLarge) => Err((InvokeError::OutputTooLarge { limit }, false)),
+            Err(ReadError::Eof) => {
+                let (message, report) = self.death().await;
+                let body = Some(Bytes::from(report));
+                Err((InvokeError::FunctionFailed { message, body }, false))
+            }
         }
     }
 
@@ -468,6 +557,25 @@ impl Drop for ProcWorker {
                 tracing::trace!(pid, "worker reaped");
             });
         }
+    }
+}
+
+/// The failure a reply frame of `kind` reports, and whether the worker stays usable.
+fn failure(kind: u8, report: Bytes) -> (InvokeError, bool) {
+    match kind {
+        KIND_RAISED | KIND_RETIRE => {
+            let text = String::from_utf8_lossy(&report);
+            let message = proc::summary("the function raised", &text);
+            let failed = InvokeError::FunctionFailed {
+                message,
+                body: Some(report),
+            };
+            (failed, kind == KIND_RAISED)
+        }
+        kind => (
+            InvokeError::Protocol(format!("worker sent frame kind {kind}")),
+            false,
+        ),
     }
 }
 

@@ -4,6 +4,7 @@
 //! Needs `python3` (3.8+), `node` (18+) and `/bin/sh` on the PATH.
 
 mod examples;
+mod http;
 mod failures;
 mod latency;
 mod lifecycle;
