@@ -120,8 +120,12 @@ impl NodePool {
     }
 
     async fn start_one(&self) -> Result<ProcWorker, StartError> {
-        let mut args: Vec<&std::ffi::OsStr> =
-            self.launch.node_flags.iter().map(|f| f.as_os_str()).collect();
+        let mut args: Vec<&std::ffi::OsStr> = self
+            .launch
+            .node_flags
+            .iter()
+            .map(|f| f.as_os_str())
+            .collect();
         args.extend([
             self.launch.node_bootstrap.as_os_str(),
             std::ffi::OsStr::new("--generic"),

@@ -28,7 +28,10 @@ async fn chunks(payload: Payload, started: Instant) -> Vec<(Duration, String)> {
     let mut out = Vec::new();
     while let Some(chunk) = s.next().await {
         let chunk = chunk.unwrap_or_else(|e| panic!("the stream failed after {out:?}: {e}"));
-        out.push((started.elapsed(), String::from_utf8_lossy(&chunk).into_owned()));
+        out.push((
+            started.elapsed(),
+            String::from_utf8_lossy(&chunk).into_owned(),
+        ));
     }
     out
 }
@@ -45,11 +48,21 @@ async fn streamed_bodies_arrive_as_they_are_produced_and_free_their_instance() {
             assert_eq!(got.len(), 5, "{function} round {round}: {got:?}");
             assert!(got[0].1.starts_with("data: {\"n\":0"), "{got:?}");
             // Four pauses of 300 ms between the first event and the last.
-            assert!(got[4].0 - got[0].0 >= Duration::from_millis(1000), "{got:?}");
+            assert!(
+                got[4].0 - got[0].0 >= Duration::from_millis(1000),
+                "{got:?}"
+            );
             let stats = rt.stats(function).unwrap();
-            assert_eq!(stats.busy, 0, "{function}: the instance is free after the stream");
+            assert_eq!(
+                stats.busy, 0,
+                "{function}: the instance is free after the stream"
+            );
         }
-        assert_eq!(rt.stats(function).unwrap().idle, 1, "{function}: one instance served both");
+        assert_eq!(
+            rt.stats(function).unwrap().idle,
+            1,
+            "{function}: one instance served both"
+        );
     }
 }
 

@@ -4,8 +4,8 @@
 //! Needs `python3` (3.8+), `node` (18+) and `/bin/sh` on the PATH.
 
 mod examples;
-mod http;
 mod failures;
+mod http;
 mod latency;
 mod lifecycle;
 mod memory;
