@@ -225,11 +225,16 @@ where
 /// instructions, 12 %, of a proxied call: `GW_LOG=info bench/gateway/instructions.sh`).
 async fn call_function(
     State(live): State<Arc<Live>>,
-    name: Result<Path<String>, PathRejection>,
+    params: Result<Path<Vec<(String, String)>>, PathRejection>,
     client: Option<Extension<ClientAddr>>,
     req: Request<Body>,
 ) -> Response<Body> {
-    let name = name.map(|Path(n)| n).unwrap_or_default();
+    // `{name}`, decoded; the sub-path (`{*rest}`) is read from the URI as sent.
+    let name = params
+        .ok()
+        .and_then(|Path(p)| p.into_iter().find(|(k, _)| k == "name"))
+        .map(|(_, v)| v)
+        .unwrap_or_default();
     call(live, name, client.map(|Extension(ClientAddr(a))| a), req).await
 }
 

@@ -46,8 +46,8 @@ fn cases() -> Vec<Case> {
             400,
         ),
         case("bad function name", "POST", "/fn/a%00b", vec![], 400),
-        // Plain names take the API's direct path, the rest the router: both answer alike.
-        case("two segments", "POST", "/fn/a/b", vec![], 400),
+        // A sub-path of a function nobody deployed is that function's 404.
+        case("sub-path of an unknown function", "POST", "/fn/a/b", vec![], 404),
         case("no name", "POST", "/fn/", vec![], 400),
         case(
             "percent-encoded name, handed over",
@@ -56,7 +56,7 @@ fn cases() -> Vec<Case> {
             vec![("x-client-location", POTSDAM.to_owned())],
             307,
         ),
-        case("method", "PUT", "/fn/echo", vec![], 405),
+        case("method", "TRACE", "/fn/echo", vec![], 405),
         case(
             "headers too large",
             "POST",

@@ -125,7 +125,11 @@ async fn early_answers_name_the_problem() {
             "bad_header",
         ),
         (
-            Request::put("/fn/echo").body(Body::from("x")).unwrap(),
+            Request::builder()
+                .method("TRACE")
+                .uri("/fn/echo")
+                .body(Body::from("x"))
+                .unwrap(),
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
         ),
@@ -146,8 +150,8 @@ async fn early_answers_name_the_problem() {
         ),
         (
             post("/fn/a/b", None, "x"),
-            StatusCode::BAD_REQUEST,
-            "bad_function_name",
+            StatusCode::NOT_FOUND,
+            "unknown_function",
         ),
         (
             post("/fn/%E2%98%83", None, "x"),
