@@ -669,7 +669,6 @@ impl LocalRuntime {
             exec,
             version: manager.spec.version.clone(),
             memory: manager.memory.figure(),
-            ..InvokeOutput::default()
         })
     }
 }
