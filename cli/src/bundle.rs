@@ -37,6 +37,11 @@ pub const FUNCTIONS: &[(&str, &str, bool)] = &[
         false,
     ),
     (
+        "rest-py/fn.py",
+        include_str!("../../functions/rest-py/fn.py"),
+        false,
+    ),
+    (
         "sieve/fn.py",
         include_str!("../../functions/sieve/fn.py"),
         false,
@@ -44,6 +49,11 @@ pub const FUNCTIONS: &[(&str, &str, bool)] = &[
     (
         "sievehard/fn.py",
         include_str!("../../functions/sievehard/fn.py"),
+        false,
+    ),
+    (
+        "sse-node/index.js",
+        include_str!("../../functions/sse-node/index.js"),
         false,
     ),
 ];

@@ -213,6 +213,11 @@ pub struct OpenwhiskBackend {
     /// Per-call timeout in milliseconds. Default 10000.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// `"http"`: actions are called as web actions (raw HTTP parameters) and answer as web
+    /// actions do; `"raw"`: a JSON body is the parameters, the result the body. A
+    /// `[[function]]`'s `event` overrides it. Default `"raw"`.
+    #[serde(default)]
+    pub event: EventStyle,
     /// Milliseconds between polls of an activation after a 202 (blocking wait ran out). Default 200.
     #[serde(default = "default_poll_interval_ms")]
     pub poll_interval_ms: u64,
@@ -256,6 +261,20 @@ fn default_breaker_cooldown_ms() -> u64 {
     5_000
 }
 
+/// What a remote function is sent and answers (docs/functions.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventStyle {
+    /// The request body in, the result out as the body of a `200`.
+    #[default]
+    Raw,
+    /// The platform's own HTTP convention: Lambda's function-URL event (payload format 2.0)
+    /// and `{statusCode, headers, cookies, body, isBase64Encoded}` answer, OpenWhisk's web
+    /// action parameters (`__ow_method`, `__ow_headers`, `__ow_path`, `__ow_query`,
+    /// `__ow_body`) and `{statusCode, headers, body}` answer.
+    Http,
+}
+
 /// How Lambda runs a call: wait for the result, or queue it and answer 202 at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LambdaInvocationType {
@@ -281,6 +300,11 @@ pub struct LambdaBackend {
     /// `RequestResponse` or `Event`. Default `RequestResponse`.
     #[serde(default)]
     pub invocation_type: LambdaInvocationType,
+    /// `"http"`: functions get the function-URL event and answer as a function URL does;
+    /// `"raw"`: the body as the event, the result as the body. A `[[function]]`'s `event`
+    /// overrides it. Default `"raw"`.
+    #[serde(default)]
+    pub event: EventStyle,
     /// Functions this backend serves, by platform name; default: asked from Lambda's
     /// ListFunctions (names that carry `function_prefix`, with the prefix removed).
     #[serde(default)]

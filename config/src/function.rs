@@ -36,6 +36,10 @@ pub struct FunctionConfig {
     /// answered with its failure at once.
     #[serde(default)]
     pub retry_on_error: bool,
+    /// What a remote backend (Lambda, OpenWhisk) sends this function and expects back:
+    /// `"http"` or `"raw"`, overriding the backend's `event`. Default: the backend's.
+    #[serde(default)]
+    pub event: Option<crate::backend::EventStyle>,
 }
 
 fn default_cpu_ms() -> f64 {
@@ -70,6 +74,7 @@ impl FunctionConfig {
             slo_ms: default_slo_ms(),
             failure_marker: None,
             retry_on_error: false,
+            event: None,
         }
     }
 }

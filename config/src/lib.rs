@@ -23,7 +23,9 @@ mod service_map;
 mod topology;
 
 pub use area::{Area, AreaConfig};
-pub use backend::{BackendConfig, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend};
+pub use backend::{
+    BackendConfig, EventStyle, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend,
+};
 pub use deploy::DeploySettings;
 pub use error::{ConfigError, ShapeError};
 pub use fleet::{RegistrySettings, RegistryTls};

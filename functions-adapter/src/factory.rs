@@ -61,7 +61,8 @@ fn guard<B: FunctionBackend + 'static>(
 /// The backend `cfg` describes, behind a circuit breaker and a cached function list.
 ///
 /// `base_dir` is the topology file's folder (relative paths resolve against it); `functions`
-/// are the topology's functions (their failure markers apply to tinyFaaS replies). Remote
+/// are the topology's functions (their failure markers apply to tinyFaaS replies, their `event`
+/// to Lambda and OpenWhisk calls). Remote
 /// credentials come from the environment (see `docs/backends.md`).
 pub fn build_backend(
     cfg: &BackendConfig,
@@ -76,13 +77,13 @@ pub fn build_backend(
             c.list_refresh_s,
         )),
         BackendConfig::Openwhisk(c) => Ok(guard(
-            OpenwhiskAdapter::from_env(c)?,
+            OpenwhiskAdapter::from_env(c)?.with_functions(functions),
             c.breaker_failures,
             c.breaker_cooldown_ms,
             c.list_refresh_s,
         )),
         BackendConfig::Lambda(c) => Ok(guard(
-            LambdaAdapter::from_env(c)?,
+            LambdaAdapter::from_env(c)?.with_functions(functions),
             c.breaker_failures,
             c.breaker_cooldown_ms,
             c.list_refresh_s,

@@ -6,9 +6,11 @@
 //! (`TooManyRequestsException`) carries `Retry-After`; `401`/`403` (bad signature, unknown key)
 //! are credential errors and not retryable; `404` is an unknown function.
 //!
-//! Lambda payloads are JSON: a body that parses as JSON is sent as it is, an empty body as
-//! `{}`, any other body as a JSON string (base64 when not UTF-8). Credentials come from the
-//! standard environment variables `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+//! Lambda payloads are JSON. With `event = "raw"` (the default) a body that parses as JSON is
+//! sent as it is, an empty body as `{}`, any other body as a JSON string (base64 when not
+//! UTF-8). With `event = "http"` the function gets the function-URL event of the whole request
+//! and its answer is mapped back as a function URL would (`http_event`). Credentials come from
+//! the standard environment variables `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 //! `AWS_SESSION_TOKEN`, never from the topology. A function geofaas deployed answers
 //! `{"geofaas_body": …}` through its wrapper, which is unwrapped into the raw output.
 //!
@@ -27,13 +29,14 @@ use base64::Engine as _;
 use bytes::Bytes;
 use geofaas_config::backend::LambdaInvocationType;
 use geofaas_config::function::valid_function_name;
-use geofaas_config::LambdaBackend;
+use geofaas_config::{EventStyle, FunctionConfig, LambdaBackend};
 use http::{HeaderMap, Method, StatusCode};
 use reqwest::Url;
 use serde_json::Value;
 
 use crate::factory::BuildError;
 use crate::http_common::{self, Reply, PROBE_TIMEOUT};
+use crate::http_event::{self, EventStyles};
 use crate::package;
 use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput, RemoteDeploy};
 
@@ -51,6 +54,7 @@ pub struct LambdaAdapter {
     credentials: Credentials,
     timeout: Duration,
     invocation_type: LambdaInvocationType,
+    events: EventStyles,
     functions: Option<Vec<String>>,
     names: NameMap,
     deploy: Option<Deploying>,
@@ -127,6 +131,7 @@ impl LambdaAdapter {
             credentials,
             timeout: Duration::from_millis(cfg.timeout_ms),
             invocation_type: cfg.invocation_type,
+            events: EventStyles::new(cfg.event),
             functions: cfg.functions.clone(),
             names: NameMap {
                 prefix: cfg.function_prefix.clone().unwrap_or_default(),
@@ -143,6 +148,13 @@ impl LambdaAdapter {
                 memory_mb: cfg.memory_mb,
             }),
         })
+    }
+
+    /// This adapter with the `event` of the topology's `[[function]]`s overriding the
+    /// backend's.
+    pub fn with_functions(mut self, functions: &[FunctionConfig]) -> Self {
+        self.events = self.events.overridden_by(functions);
+        self
     }
 
     /// Runs one call with an explicit invocation type (the configured one is the default).
@@ -169,10 +181,15 @@ impl LambdaAdapter {
             "x-amz-invocation-type",
             http::HeaderValue::from_static(kind),
         );
-        let request = self.signed(Method::POST, url, headers, payload(&call.body))?;
+        let style = self.events.of(&call.function);
+        let event = match style {
+            EventStyle::Raw => payload(&call.body),
+            EventStyle::Http => http_event::lambda_event(&call),
+        };
+        let request = self.signed(Method::POST, url, headers, event)?;
         let started = Instant::now();
         let reply = http_common::send(request, http_common::budget(&call, self.timeout)).await?;
-        classify(&call.function, reply, started)
+        classify(&call.function, style, reply, started)
     }
 
     fn url(&self, segments: &[&str]) -> Result<Url, InvokeError> {
@@ -274,7 +291,12 @@ pub(crate) fn payload(body: &Bytes) -> Bytes {
     Bytes::from(text.to_string())
 }
 
-fn classify(function: &str, reply: Reply, started: Instant) -> Result<InvokeOutput, InvokeError> {
+fn classify(
+    function: &str,
+    style: EventStyle,
+    reply: Reply,
+    started: Instant,
+) -> Result<InvokeOutput, InvokeError> {
     match reply.status {
         StatusCode::OK | StatusCode::ACCEPTED | StatusCode::NO_CONTENT => {
             if let Some(kind) = reply.headers.get("x-amz-function-error") {
@@ -290,6 +312,13 @@ fn classify(function: &str, reply: Reply, started: Instant) -> Result<InvokeOutp
                 return Err(InvokeError::FunctionFailed {
                     message: format!("{function}: {kind} error: {message}"),
                     body: Some(reply.body),
+                });
+            }
+            // An event answered (`Event` invocations) has no result to map.
+            if style == EventStyle::Http && reply.status == StatusCode::OK {
+                return Ok(InvokeOutput {
+                    exec: started.elapsed(),
+                    ..http_event::lambda_answer(function, &reply.body)?
                 });
             }
             // A function geofaas deployed answers through its wrapper: unwrap the raw output.

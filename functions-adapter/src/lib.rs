@@ -16,6 +16,7 @@ pub mod catalog;
 mod error;
 mod factory;
 mod http_common;
+pub mod http_event;
 pub mod http_fn;
 pub mod lambda;
 pub mod local;

@@ -8,10 +8,13 @@
 //! is an action (application) error whose result reaches the client as the failure body;
 //! `429` and `503` are retryable; `401`/`403` are credential errors.
 //!
-//! Parameters: a body that is a JSON object is passed as the action's parameters; any other
-//! body is passed as `{"__ow_body": "<text>"}` (base64 when not UTF-8, as web actions do). The
-//! output is the action's JSON result, except for an action geofaas deployed, whose wrapper's
-//! `{"geofaas_body": …}` is unwrapped into the function's raw output.
+//! Parameters, `event = "raw"` (the default): a body that is a JSON object is passed as the
+//! action's parameters; any other body is passed as `{"__ow_body": "<text>"}` (base64 when not
+//! UTF-8, as web actions do). The output is the action's JSON result, except for an action
+//! geofaas deployed, whose wrapper's `{"geofaas_body": …}` is unwrapped into the function's raw
+//! output. With `event = "http"` the action is called as a raw-HTTP web action
+//! (`__ow_method`, `__ow_headers`, `__ow_path`, `__ow_query`, `__ow_body`) and its result read
+//! as a web action's answer (`statusCode`, `headers`, `body`; `http_event`).
 //!
 //! Deploys (`deploy = true`): `PUT …/actions/[{pkg}/]{name}?overwrite=true` with the folder and
 //! its wrapper as a zip (`exec.binary`), the environment as `init` parameters; see `package`
@@ -24,13 +27,14 @@ use base64::Engine as _;
 use bytes::Bytes;
 use geofaas_config::backend::DeployRuntimes;
 use geofaas_config::function::valid_function_name;
-use geofaas_config::OpenwhiskBackend;
+use geofaas_config::{EventStyle, FunctionConfig, OpenwhiskBackend};
 use http::StatusCode;
 use reqwest::Url;
 use serde_json::{json, Value};
 
 use crate::factory::BuildError;
 use crate::http_common::{self, Reply, PROBE_TIMEOUT};
+use crate::http_event::{self, EventStyles};
 use crate::local::Runtime;
 use crate::package;
 use crate::{FunctionBackend, Health, Invocation, InvokeError, InvokeOutput, RemoteDeploy};
@@ -52,6 +56,7 @@ pub struct OpenwhiskAdapter {
     key: String,
     timeout: Duration,
     poll_interval: Duration,
+    events: EventStyles,
     deploy: bool,
     runtimes: DeployRuntimes,
 }
@@ -82,9 +87,17 @@ impl OpenwhiskAdapter {
             key: key.to_owned(),
             timeout: Duration::from_millis(cfg.timeout_ms),
             poll_interval: Duration::from_millis(cfg.poll_interval_ms.max(1)),
+            events: EventStyles::new(cfg.event),
             deploy: cfg.deploy,
             runtimes: cfg.runtimes.clone(),
         })
+    }
+
+    /// This adapter with the `event` of the topology's `[[function]]`s overriding the
+    /// backend's.
+    pub fn with_functions(mut self, functions: &[FunctionConfig]) -> Self {
+        self.events = self.events.overridden_by(functions);
+        self
     }
 
     /// `{api}/namespaces/{ns}/{rest}` with every segment percent-encoded.
@@ -160,7 +173,10 @@ impl OpenwhiskAdapter {
             match reply.status {
                 // Not finished yet.
                 StatusCode::NOT_FOUND => continue,
-                StatusCode::OK => return activation_outcome(&reply.body, started),
+                StatusCode::OK => {
+                    let style = self.events.of(&call.function);
+                    return activation_outcome(&call.function, style, &reply.body, started);
+                }
                 _ => return Err(error_reply(&call.function, reply)),
             }
         }
@@ -178,25 +194,38 @@ pub(crate) fn params(body: &Bytes) -> Value {
     }
 }
 
-/// The output of a call: the raw output of a function geofaas deployed (its wrapper's result
-/// unwrapped), else the action's JSON result.
-fn json_output(result: &Value, started: Instant) -> InvokeOutput {
-    if let Some(body) = package::unwrap_result(result) {
-        return InvokeOutput {
-            exec: started.elapsed(),
-            ..InvokeOutput::ok(body, None)
-        };
-    }
-    let json = Some(http::HeaderValue::from_static("application/json"));
-    InvokeOutput {
+/// The output of a call: a web action's answer with `event = "http"`; else the raw output of
+/// a function geofaas deployed (its wrapper's result unwrapped), else the action's JSON result.
+fn json_output(
+    function: &str,
+    style: EventStyle,
+    result: &Value,
+    started: Instant,
+) -> Result<InvokeOutput, InvokeError> {
+    let out = match style {
+        EventStyle::Http => http_event::openwhisk_answer(function, result)?,
+        EventStyle::Raw => match package::unwrap_result(result) {
+            Some(body) => InvokeOutput::ok(body, None),
+            None => {
+                let json = Some(http::HeaderValue::from_static("application/json"));
+                InvokeOutput::ok(Bytes::from(result.to_string()), json)
+            }
+        },
+    };
+    Ok(InvokeOutput {
         exec: started.elapsed(),
-        ..InvokeOutput::ok(Bytes::from(result.to_string()), json)
-    }
+        ..out
+    })
 }
 
 /// Reads a finished activation record: the controller's `response: {success, result}`, or
 /// the swagger's `result: {status, value}`.
-fn activation_outcome(body: &[u8], started: Instant) -> Result<InvokeOutput, InvokeError> {
+fn activation_outcome(
+    function: &str,
+    style: EventStyle,
+    body: &[u8],
+    started: Instant,
+) -> Result<InvokeOutput, InvokeError> {
     let record: Value = serde_json::from_slice(body)
         .map_err(|e| InvokeError::Protocol(format!("activation record is not JSON: {e}")))?;
     let (success, result) = if let Some(resp) = record.get("response") {
@@ -212,7 +241,7 @@ fn activation_outcome(body: &[u8], started: Instant) -> Result<InvokeOutput, Inv
         ));
     };
     if success {
-        Ok(json_output(&result, started))
+        json_output(function, style, &result, started)
     } else {
         Err(InvokeError::FunctionFailed {
             message: "action failed".to_owned(),
@@ -260,6 +289,7 @@ impl FunctionBackend for OpenwhiskAdapter {
             return Err(InvokeError::UnknownFunction(call.function));
         }
         let mut url = self.action_url(&call.function)?;
+        let style = self.events.of(&call.function);
         let started = Instant::now();
         let budget = http_common::budget(&call, self.timeout);
         // Ask the controller to stop waiting a little before our deadline, so we get the
@@ -273,14 +303,17 @@ impl FunctionBackend for OpenwhiskAdapter {
             .client
             .post(url)
             .basic_auth(&self.user, Some(&self.key))
-            .json(&params(&call.body));
+            .json(&match style {
+                EventStyle::Raw => params(&call.body),
+                EventStyle::Http => http_event::openwhisk_params(&call),
+            });
         let reply = http_common::send(request, budget).await?;
         match reply.status {
             StatusCode::OK => {
                 let result: Value = serde_json::from_slice(&reply.body).map_err(|e| {
                     InvokeError::Protocol(format!("action result is not JSON: {e}"))
                 })?;
-                Ok(json_output(&result, started))
+                json_output(&call.function, style, &result, started)
             }
             StatusCode::ACCEPTED => {
                 let id = activation_id(&reply)?;
@@ -404,10 +437,10 @@ mod tests {
     #[test]
     fn swagger_and_controller_activation_shapes_both_parse() {
         let controller = br#"{"response":{"status":"success","success":true,"result":{"n":1}}}"#;
-        let out = activation_outcome(controller, Instant::now()).unwrap();
+        let out = activation_outcome("f", EventStyle::Raw, controller, Instant::now()).unwrap();
         assert_eq!(&out.body.full().unwrap()[..], br#"{"n":1}"#);
         let swagger = br#"{"result":{"status":"application error","value":{"error":"x"}}}"#;
-        match activation_outcome(swagger, Instant::now()) {
+        match activation_outcome("f", EventStyle::Raw, swagger, Instant::now()) {
             Err(InvokeError::FunctionFailed { body: Some(b), .. }) => {
                 assert_eq!(&b[..], br#"{"error":"x"}"#)
             }
