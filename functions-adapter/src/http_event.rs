@@ -180,7 +180,11 @@ fn lambda_event_at(call: &Invocation, now: SystemTime) -> Bytes {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let prefix = host.split(['.', ':']).next().unwrap_or("localhost").to_owned();
+    let prefix = host
+        .split(['.', ':'])
+        .next()
+        .unwrap_or("localhost")
+        .to_owned();
     let millis = now
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -323,7 +327,12 @@ pub fn lambda_answer(function: &str, result: &Bytes) -> Result<InvokeOutput, Inv
         }
     };
     let Some(status) = value.get("statusCode") else {
-        return output(function, http::StatusCode::OK, vec![json_type()], result.clone());
+        return output(
+            function,
+            http::StatusCode::OK,
+            vec![json_type()],
+            result.clone(),
+        );
     };
     let status = status_code(function, status)?;
     let mut pairs = Vec::new();
@@ -346,7 +355,9 @@ pub fn lambda_answer(function: &str, result: &Bytes) -> Result<InvokeOutput, Inv
         Some(Value::String(text)) => Bytes::from(text.clone()),
         Some(other) => Bytes::from(other.to_string()),
     };
-    let typed = pairs.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
+    let typed = pairs
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
     if !body.is_empty() && !typed {
         pairs.push(json_type());
     }

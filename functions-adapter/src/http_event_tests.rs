@@ -21,7 +21,10 @@ fn put_users_7() -> Invocation {
     h.insert("user-agent", HeaderValue::from_static("curl/8.5.0"));
     h.append("x-tag", HeaderValue::from_static("one"));
     h.append("x-tag", HeaderValue::from_static("two"));
-    h.insert("cookie", HeaderValue::from_static("session=abc; theme=dark"));
+    h.insert(
+        "cookie",
+        HeaderValue::from_static("session=abc; theme=dark"),
+    );
     call.context = Arc::from(vec![
         (
             http::HeaderName::from_static("x-geo-node"),
@@ -59,7 +62,10 @@ fn a_call_is_the_function_url_event_of_payload_format_2() {
     assert_eq!(h["host"], "cbd.mel.test:8443");
     assert_eq!(h["x-forwarded-for"], "203.0.113.9");
     assert_eq!(h["x-forwarded-proto"], "https");
-    assert!(h.get("cookie").is_none(), "cookies travel on their own: {h}");
+    assert!(
+        h.get("cookie").is_none(),
+        "cookies travel on their own: {h}"
+    );
     let rc = &e["requestContext"];
     assert_eq!(rc["http"]["method"], "PUT");
     assert_eq!(rc["http"]["path"], "/users/7");
@@ -220,7 +226,8 @@ fn a_web_actions_answer_maps_back() {
 fn a_functions_own_event_overrides_its_backends() {
     let mut http = FunctionConfig::named("users");
     http.event = Some(EventStyle::Http);
-    let styles = EventStyles::new(EventStyle::Raw).overridden_by(&[http, FunctionConfig::named("echo")]);
+    let styles =
+        EventStyles::new(EventStyle::Raw).overridden_by(&[http, FunctionConfig::named("echo")]);
     assert_eq!(styles.of("users"), EventStyle::Http);
     assert_eq!(styles.of("echo"), EventStyle::Raw);
     assert_eq!(styles.of("other"), EventStyle::Raw);

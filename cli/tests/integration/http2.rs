@@ -47,7 +47,13 @@ fn cases() -> Vec<Case> {
         ),
         case("bad function name", "POST", "/fn/a%00b", vec![], 400),
         // A sub-path of a function nobody deployed is that function's 404.
-        case("sub-path of an unknown function", "POST", "/fn/a/b", vec![], 404),
+        case(
+            "sub-path of an unknown function",
+            "POST",
+            "/fn/a/b",
+            vec![],
+            404,
+        ),
         case("no name", "POST", "/fn/", vec![], 400),
         case(
             "percent-encoded name, handed over",

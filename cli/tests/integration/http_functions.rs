@@ -64,7 +64,7 @@ fn topology(ports: &[u16]) -> String {
 }
 
 /// `curl -i` with `args` (method, headers, data) at `url`.
-fn curl(c: &Cluster, h2: bool, args: &[&str], url: &str) -> Answer {
+pub(crate) fn curl(c: &Cluster, h2: bool, args: &[&str], url: &str) -> Answer {
     let out = Command::new("curl")
         .args(["-sS", "-i", if h2 { "--http2" } else { "--http1.1" }])
         .arg("--cacert")
@@ -97,7 +97,7 @@ fn curl(c: &Cluster, h2: bool, args: &[&str], url: &str) -> Answer {
     answer
 }
 
-fn json(a: &Answer) -> serde_json::Value {
+pub(crate) fn json(a: &Answer) -> serde_json::Value {
     serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}: {a:?}"))
 }
 

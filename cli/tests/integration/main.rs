@@ -15,6 +15,7 @@ mod geo;
 mod handover;
 mod http2;
 mod http_functions;
+mod http_remote;
 mod idempotency;
 mod lifecycle;
 mod loadtest;

@@ -191,3 +191,95 @@ async fn throttling_and_overload_are_retryable_and_a_hang_is_cut() {
         "{unknown:?}"
     );
 }
+
+/// `event = "http"`: the action is called as a raw-HTTP web action and answers as one, also
+/// when its answer is polled after a `202`; a `[[function]]`'s `event = "raw"` overrides it.
+#[tokio::test]
+async fn web_actions_get_the_whole_request_and_answer_status_headers_and_body() {
+    use std::sync::Arc;
+
+    use geofaas_config::{EventStyle, FunctionConfig};
+    use geofaas_functions::HttpRequest;
+
+    let ow = FakeOpenwhisk::start(
+        "guest",
+        KEY,
+        [
+            ("params", FakeAction::Echo),
+            ("raw", FakeAction::Echo),
+            (
+                "created",
+                FakeAction::Reply(json!({
+                    "statusCode": 201,
+                    "headers": {"Set-Cookie": ["a=1; Path=/", "b=2"], "X-Action": "created"},
+                    "body": {"id": 7},
+                })),
+            ),
+            (
+                "late",
+                FakeAction::Slow {
+                    delay: Duration::from_millis(600),
+                    result: json!({"statusCode": 404, "body": "no such user"}),
+                },
+            ),
+            ("teapot", FakeAction::Reply(json!({"statusCode": 999}))),
+        ],
+    )
+    .await
+    .expect("fake OpenWhisk starts");
+    let mut cfg = config(&ow, None);
+    cfg.event = EventStyle::Http;
+    let mut raw = FunctionConfig::named("raw");
+    raw.event = Some(EventStyle::Raw);
+    let adapter = OpenwhiskAdapter::with_api_key(&cfg, KEY)
+        .unwrap()
+        .with_functions(&[raw]);
+    let http_call = |function: &str| {
+        let mut c = call(function, "{\"name\":\"ada\"}", Duration::from_secs(5));
+        c.http = Arc::new(HttpRequest {
+            method: http::Method::PATCH,
+            path: "/users/7".into(),
+            query: "a=1&b=2".into(),
+            url: "https://cbd.example:8443/fn/params/users/7?a=1&b=2".into(),
+            source_ip: None,
+        });
+        c.headers
+            .insert("content-type", "application/json".parse().unwrap());
+        c.headers.insert("x-tag", "t".parse().unwrap());
+        c
+    };
+
+    let out = adapter.invoke(http_call("params")).await.unwrap();
+    assert_eq!(out.status, 200);
+    let p = json_of(out.body.full().unwrap());
+    assert_eq!(p["__ow_method"], "patch");
+    assert_eq!(p["__ow_path"], "/users/7");
+    assert_eq!(p["__ow_query"], "a=1&b=2");
+    assert_eq!(p["__ow_body"], "{\"name\":\"ada\"}");
+    assert_eq!(p["__ow_headers"]["x-tag"], "t");
+    assert!(
+        p.get("name").is_none(),
+        "raw HTTP: the body is not merged: {p}"
+    );
+
+    let out = adapter.invoke(http_call("raw")).await.unwrap();
+    assert_eq!(json_of(out.body.full().unwrap()), json!({"name": "ada"}));
+
+    let out = adapter.invoke(http_call("created")).await.unwrap();
+    assert_eq!(out.status, 201);
+    let cookies: Vec<_> = out.headers.get_all("set-cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; Path=/", "b=2"]);
+    assert_eq!(out.headers["x-action"], "created");
+    assert_eq!(out.headers["content-type"], "application/json");
+    assert_eq!(json_of(out.body.full().unwrap()), json!({"id": 7}));
+
+    ow.set_max_blocking_wait(Duration::from_millis(100));
+    let out = adapter.invoke(http_call("late")).await.unwrap();
+    assert_eq!(out.status, 404);
+    assert_eq!(out.body.full().unwrap(), "no such user");
+
+    match adapter.invoke(http_call("teapot")).await {
+        Err(InvokeError::BadAnswer(m)) => assert!(m.contains("999"), "{m}"),
+        other => panic!("want a bad answer, got {other:?}"),
+    }
+}

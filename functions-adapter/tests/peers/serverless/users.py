@@ -1,0 +1,1 @@
+../../../../cli/testdata/http-edge-functions/users/fn.py
