@@ -158,7 +158,9 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
 }
 
 /// On every SIGHUP, the topology file read and validated again (what `run_node` applies).
-fn reload_on_sighup(path: PathBuf) -> tokio::sync::mpsc::Receiver<anyhow::Result<Topology>> {
+pub(crate) fn reload_on_sighup(
+    path: PathBuf,
+) -> tokio::sync::mpsc::Receiver<anyhow::Result<Topology>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     #[cfg(unix)]
     tokio::spawn(async move {

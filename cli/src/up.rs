@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context;
 use geofaas_config::{GeoLocator, LatLon, Role, Topology};
@@ -41,7 +42,8 @@ pub fn install_metrics() -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// Runs every node of the topology and the DNS server until Ctrl-C.
+/// Runs every node of the topology and the DNS server until Ctrl-C or SIGTERM, which drain
+/// every node; SIGHUP reloads the topology file on every node and the DNS.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let config = match &args.config {
         Some(path) => path.clone(),
@@ -100,28 +102,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         let state = Arc::new(NodeState::new(topology.clone(), &node.id, backends, opts)?);
         nodes.push(NodeHandle::spawn(state, listener, &tls)?);
     }
-    let dns_stop = CancellationToken::new();
-    let dns_task = if args.no_dns {
+    let dns_options = geofaas_dns::DnsOptions {
+        mmdb: Some(mmdb_path.clone()),
+        ca_pem: Some(ca_path.clone()),
+        ..Default::default()
+    };
+    let mut dns = if args.no_dns {
         None
     } else {
-        let server = geofaas_dns::DnsServer::new(
-            &topology,
-            geofaas_dns::DnsOptions {
-                mmdb: Some(mmdb_path.clone()),
-                ca_pem: Some(ca_path.clone()),
-                ..Default::default()
-            },
-        )?;
-        let (udp, tcp) = server
-            .bind()
-            .await
-            .with_context(|| format!("cannot bind the DNS server on {}", topology.dns.listen))?;
-        let token = dns_stop.clone();
-        Some(tokio::spawn(async move {
-            server
-                .run(udp, tcp, async move { token.cancelled().await })
-                .await
-        }))
+        Some(Dns::start(&topology, &dns_options).await?)
     };
     let running = RunningDemo {
         ca: std::path::absolute(&ca_path)?,
@@ -135,17 +124,118 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .collect(),
     };
     running.write(&args.state_dir)?;
-    print_banner(&topology, &config, &args, &places, dns_task.is_some());
-    crate::cli::shutdown_signal().await;
-    RunningDemo::clear(&args.state_dir);
-    dns_stop.cancel();
-    if let Some(task) = dns_task {
-        task.await??;
+    print_banner(&topology, &config, &args, &places, dns.is_some());
+    // SIGHUP (a `kill -HUP`, or the terminal closed) reloads; SIGTERM and Ctrl-C drain.
+    let mut reloads = crate::cli::reload_on_sighup(config.clone());
+    let stop = crate::cli::shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            Some(next) = reloads.recv() => {
+                let applied = match next {
+                    Ok(t) => reload(&nodes, &mut dns, &dns_options, Arc::new(t)).await,
+                    Err(e) => Err(e),
+                };
+                match applied {
+                    Ok(()) => tracing::info!(file = %config.display(), "SIGHUP: every node and the geo DNS reloaded"),
+                    Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: topology refused; the running one stays"),
+                }
+            }
+        }
     }
-    for result in futures::future::join_all(nodes.into_iter().map(NodeHandle::shutdown)).await {
+    // `/readyz` says 503 on every node at once, calls are still answered for
+    // `gateway.drain_grace_ms`, then in-flight calls get `drain_timeout_ms` to finish.
+    let grace = nodes.first().map_or(Duration::ZERO, |n| {
+        Duration::from_millis(n.current().place.topology.gateway.drain_grace_ms)
+    });
+    let drained = futures::future::join_all(nodes.into_iter().map(|n| n.drain(grace))).await;
+    RunningDemo::clear(&args.state_dir);
+    if let Some(dns) = dns {
+        dns.stop().await?;
+    }
+    for result in drained {
         result?;
     }
     Ok(())
+}
+
+/// Applies a reloaded topology to every node `up` runs and restarts the geo DNS on it. `up`
+/// runs the nodes it started with: a topology that adds, drops or moves one is refused whole.
+async fn reload(
+    nodes: &[NodeHandle],
+    dns: &mut Option<Dns>,
+    options: &geofaas_dns::DnsOptions,
+    topology: Arc<Topology>,
+) -> anyhow::Result<()> {
+    topology.service_map()?;
+    let running: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let state = n.current();
+            let place = &state.place;
+            place
+                .topology
+                .node(&place.id)
+                .map(|c| (c.id.clone(), c.listen))
+        })
+        .collect();
+    let wanted: Vec<_> = topology
+        .nodes
+        .iter()
+        .map(|n| Some((n.id.clone(), n.listen)))
+        .collect();
+    if running != wanted {
+        anyhow::bail!(
+            "{}: up runs the nodes it started with ({}); restart it to add, remove or move a node",
+            topology.source,
+            running
+                .iter()
+                .flatten()
+                .map(|(id, listen)| format!("{id} on {listen}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for node in nodes {
+        node.reload(topology.clone())
+            .with_context(|| format!("node {}", node.current().place.id))?;
+    }
+    if let Some(running) = dns.take() {
+        running.stop().await?;
+        *dns = Some(Dns::start(&topology, options).await?);
+    }
+    Ok(())
+}
+
+/// The geo DNS of `up`, stopped and started again on a reload.
+struct Dns {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), geofaas_dns::DnsError>>,
+}
+
+impl Dns {
+    async fn start(topology: &Topology, options: &geofaas_dns::DnsOptions) -> anyhow::Result<Self> {
+        let server = geofaas_dns::DnsServer::new(topology, options.clone())?;
+        let (udp, tcp) = server
+            .bind()
+            .await
+            .with_context(|| format!("cannot bind the DNS server on {}", topology.dns.listen))?;
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            server
+                .run(udp, tcp, async move { token.cancelled().await })
+                .await
+        });
+        Ok(Self { stop, task })
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task.await??;
+        Ok(())
+    }
 }
 
 /// The state folder of node `id` under a state dir (`<dir>/nodes/<id>`): its deployed functions.
@@ -329,7 +419,11 @@ fn print_banner(topology: &Topology, config: &Path, args: &UpArgs, places: &[Pla
             );
         }
     }
-    println!("\nCtrl-C stops everything.");
+    println!(
+        "\nCtrl-C stops everything; kill -HUP {} reloads {}.",
+        std::process::id(),
+        config.display()
+    );
 }
 
 #[cfg(test)]

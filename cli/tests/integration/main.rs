@@ -31,3 +31,4 @@ mod router;
 mod scheduler;
 mod security;
 mod ui;
+mod up_signals;
