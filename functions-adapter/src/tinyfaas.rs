@@ -1,6 +1,8 @@
 //! The tinyFaaS adapter (OpenFogStack/tinyFaaS).
 //!
-//! Calls go to the proxy, `POST {url}/{name}` with the raw body and the call's headers; the
+//! Calls go to the proxy, `{method} {url}/{name}[?query]` with the client's method (`HEAD` sent as
+//! `GET`: the gateway drops the body), the raw body and the call's headers. tinyFaaS takes the
+//! whole path as the function's name, so a call with a sub-path is refused, naming it. The
 //! function list comes from the manager's `GET {manager_url}/list` (one name per line); a
 //! function folder is deployed with `POST {manager_url}/upload`
 //! `{"name","env","threads","zip":<base64>,"envs":["KEY=VALUE"]}` (`deploy = true`; the archive
@@ -168,18 +170,34 @@ impl FunctionBackend for TinyfaasAdapter {
         if !valid_function_name(&call.function) {
             return Err(InvokeError::UnknownFunction(call.function));
         }
+        if call.http.path != "/" {
+            return Err(InvokeError::Refused(format!(
+                "function {} runs on tinyFaaS, which routes a call by its path alone: it cannot take the sub-path {}",
+                call.function, call.http.path
+            )));
+        }
+        let method = match &call.http.method {
+            &Method::HEAD => Method::GET,
+            m => m.clone(),
+        };
+        let query = call.http.query.as_str();
         let budget = http_common::budget(&call, self.timeout);
         let started = Instant::now();
         let reply = match &self.calls {
             Some(calls) => {
-                let mut path = String::with_capacity(calls.path.len() + call.function.len());
+                let mut path =
+                    String::with_capacity(calls.path.len() + call.function.len() + query.len() + 1);
                 path.push_str(&calls.path);
                 path.push_str(&call.function);
+                if !query.is_empty() {
+                    path.push('?');
+                    path.push_str(query);
+                }
                 let body = std::mem::take(&mut call.body);
                 calls
                     .upstream
                     .send(
-                        Method::POST,
+                        method,
                         &path,
                         call.sent_headers(),
                         body,
@@ -189,8 +207,11 @@ impl FunctionBackend for TinyfaasAdapter {
                     .await?
             }
             None => {
-                let url = Self::function_url(&self.url, &call.function)?;
-                let mut request = self.client.post(url).body(call.body.clone());
+                let mut url = Self::function_url(&self.url, &call.function)?;
+                if !query.is_empty() {
+                    url.set_query(Some(query));
+                }
+                let mut request = self.client.request(method, url).body(call.body.clone());
                 for (name, value) in call.sent_headers() {
                     request = request.header(name, value);
                 }

@@ -142,6 +142,10 @@ impl ApiError {
             InvokeError::BadAnswer(what) => {
                 Self::new(StatusCode::BAD_GATEWAY, "bad_function_answer", what.clone())
             }
+            // The backend cannot take the call as it was made (a sub-path on tinyFaaS).
+            InvokeError::Refused(why) => {
+                Self::new(StatusCode::BAD_REQUEST, "not_supported", why.clone())
+            }
             InvokeError::Overloaded { retry_after } => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",

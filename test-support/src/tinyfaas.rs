@@ -79,6 +79,8 @@ struct Inner {
     functions: BTreeMap<String, FakeFunction>,
     uploads: Vec<Upload>,
     calls: Vec<(String, HeaderMap, Bytes)>,
+    /// Method and request target (path and query) of each call, as received.
+    requests: Vec<(Method, String)>,
     /// Every upload fails as a failed image build does (`500`, empty body).
     broken_builds: bool,
 }
@@ -150,6 +152,11 @@ impl FakeTinyfaas {
         lock(&self.state).uploads.clone()
     }
 
+    /// The method and request target (path and query) of each call the proxy received.
+    pub fn requests(&self) -> Vec<(Method, String)> {
+        lock(&self.state).requests.clone()
+    }
+
     /// Calls the proxy received: function name, headers, body.
     pub fn calls(&self) -> Vec<(String, HeaderMap, Bytes)> {
         lock(&self.state).calls.clone()
@@ -172,12 +179,16 @@ fn proxy_router(state: Shared) -> Router {
 async fn call(
     State(state): State<Shared>,
     Path(name): Path<String>,
+    method: Method,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let name = name.trim_start_matches('/').to_owned();
     let behaviour = {
         let mut inner = lock(&state);
+        let target = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        inner.requests.push((method, target));
         inner
             .calls
             .push((name.clone(), headers.clone(), body.clone()));

@@ -57,6 +57,51 @@ async fn invoke_passes_body_and_headers_and_returns_the_output() {
     assert_eq!(headers["x-client-location"], "52.5,13.4");
 }
 
+/// tinyFaaS's proxy takes any method on `/{name}` (the whole path is the name): the client's
+/// method and query reach it (`HEAD` as `GET`), a sub-path is refused before anything is sent.
+#[tokio::test]
+async fn the_method_and_query_reach_tinyfaas_and_a_sub_path_is_refused_naming_it() {
+    use std::sync::Arc;
+
+    use geofaas_functions::HttpRequest;
+
+    let node = node().await;
+    {
+        let adapter = TinyfaasAdapter::new(&config(&node, false), &[]).unwrap();
+        for (method, sent) in [
+            (http::Method::PUT, http::Method::PUT),
+            (http::Method::DELETE, http::Method::DELETE),
+            (http::Method::GET, http::Method::GET),
+            (http::Method::HEAD, http::Method::GET),
+        ] {
+            let mut c = call("echo", "x", Duration::from_secs(5));
+            c.http = Arc::new(HttpRequest {
+                method: method.clone(),
+                query: "a=1&b=two".into(),
+                ..HttpRequest::default()
+            });
+            let out = adapter.invoke(c).await.expect("echo succeeds");
+            assert_eq!(&out.body.full().unwrap()[..], b"x");
+            let (got, target) = node.requests().last().cloned().unwrap();
+            assert_eq!(got, sent, "{method}");
+            assert_eq!(target, "/echo?a=1&b=two");
+        }
+        let before = node.requests().len();
+        let mut c = call("echo", "x", Duration::from_secs(5));
+        c.http = Arc::new(HttpRequest {
+            path: "/users/7".into(),
+            ..HttpRequest::default()
+        });
+        match adapter.invoke(c).await {
+            Err(InvokeError::Refused(why)) => {
+                assert!(why.contains("echo") && why.contains("/users/7"), "{why}")
+            }
+            other => panic!("want a refusal, got {other:?}"),
+        }
+        assert_eq!(node.requests().len(), before, "nothing was sent");
+    }
+}
+
 #[tokio::test]
 async fn a_200_with_the_functions_failure_marker_or_empty_body_is_a_function_failure() {
     let node = node().await;
