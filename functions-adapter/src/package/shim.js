@@ -11,12 +11,17 @@ const path = require("path");
 
 const fnDir = path.join(__dirname, "function");
 process.chdir(fnDir);
-let fn = require(fnDir);
+const mod = require(fnDir);
+// A module written for the platform itself (`exports.handler = async (event, context)` for
+// Lambda, `exports.main = (params)` for OpenWhisk) is called as the platform would call it, its
+// answer passed on unchanged (`event = "http"` maps a function-URL or web-action answer back).
+const own = mod && typeof mod === "object" ? mod : {};
+let fn = mod;
 if (typeof fn !== "function" && fn && typeof fn.default === "function") {
   fn = fn.default;
 }
-if (typeof fn !== "function") {
-  throw new Error(`${fnDir} does not export a function (req, res) => ...`);
+if (typeof fn !== "function" && typeof own.handler !== "function" && typeof own.main !== "function") {
+  throw new Error(`${fnDir} exports neither a function (req, res) => ... nor a handler`);
 }
 
 function encode(value) {
@@ -33,6 +38,9 @@ function output(value) {
 }
 
 function run(body) {
+  if (typeof fn !== "function") {
+    return Promise.reject(new Error(`${fnDir} has no (req, res) function for this platform's raw calls`));
+  }
   return new Promise((resolve, reject) => {
     const raw = Buffer.from(body || "", "utf8");
     const headers = {};
@@ -77,6 +85,9 @@ const compact = (value) => JSON.stringify(value);
 
 // OpenWhisk: a JSON-object body arrives as the parameters, any other as {"__ow_body": text}.
 exports.main = (args) => {
+  if (typeof fn !== "function" && typeof own.handler !== "function" && typeof own.main === "function") {
+    return own.main(args);
+  }
   const keys = Object.keys(args || {});
   if (keys.length === 1 && keys[0] === "__ow_body" && typeof args.__ow_body === "string") {
     return run(args.__ow_body);
@@ -85,7 +96,8 @@ exports.main = (args) => {
 };
 
 // Lambda: a JSON body arrives parsed, an empty one as {}, any other as a JSON string.
-exports.handler = async (event) => {
+exports.handler = async (event, context) => {
+  if (typeof own.handler === "function") return own.handler(event, context);
   if (typeof event === "string") return run(event);
   if (event && typeof event === "object" && !Array.isArray(event) && Object.keys(event).length === 0) {
     return run("");

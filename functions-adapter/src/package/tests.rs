@@ -355,3 +355,73 @@ fn node_wrappers_call_the_handler_like_the_local_runtime() {
         assert!(err.contains("boom was asked for"), "{err}");
     }
 }
+
+/// A function written for the platform (a Lambda `handler(event, context)`, an OpenWhisk
+/// `main(params)`) is deployed as it is: the wrapper passes the event and the answer through,
+/// so `event = "http"` gets the function-URL answer the handler wrote.
+#[test]
+fn platform_handlers_are_called_as_the_platform_calls_them() {
+    let event = serde_json::json!({
+        "version": "2.0", "rawPath": "/users/7",
+        "requestContext": {"http": {"method": "PUT"}},
+    });
+    let py = tempfile::tempdir().unwrap();
+    write(
+        py.path(),
+        "fn.py",
+        "def handler(event, context):\n    return {'statusCode': 201, 'cookies': ['a=1', 'b=2'],\n            \
+         'body': event['requestContext']['http']['method'] + ' ' + event['rawPath']}\n",
+    );
+    let js = tempfile::tempdir().unwrap();
+    write(
+        js.path(),
+        "index.js",
+        "exports.handler = async (event) => ({statusCode: 201, cookies: ['a=1', 'b=2'],\n  \
+         body: `${event.requestContext.http.method} ${event.rawPath}`});\n",
+    );
+    let want =
+        serde_json::json!({"statusCode": 201, "cookies": ["a=1", "b=2"], "body": "PUT /users/7"});
+    let zip = lambda_zip(py.path(), Runtime::Python3).unwrap().unwrap();
+    let got = run_entry(
+        &zip,
+        "python3",
+        "geofaas_handler.py",
+        "handler",
+        &event,
+        &[],
+    );
+    assert_eq!(got.unwrap(), want);
+    let zip = lambda_zip(js.path(), Runtime::Nodejs).unwrap().unwrap();
+    let got = run_entry(&zip, "node", "geofaas_handler.js", "handler", &event, &[]);
+    assert_eq!(got.unwrap(), want);
+
+    // An OpenWhisk web action's main(params), and a raw fn.py whose own main() is not taken.
+    let ow = tempfile::tempdir().unwrap();
+    write(
+        ow.path(),
+        "fn.py",
+        "def main(params):\n    return {'statusCode': 404, 'body': params['__ow_path']}\n",
+    );
+    let zip = openwhisk_zip(ow.path(), Runtime::Python3).unwrap().unwrap();
+    let params = serde_json::json!({"__ow_path": "/x", "__ow_method": "get"});
+    let got = run_entry(&zip, "python3", "__main__.py", "main", &params, &[]);
+    assert_eq!(
+        got.unwrap(),
+        serde_json::json!({"statusCode": 404, "body": "/x"})
+    );
+    write(
+        ow.path(),
+        "fn.py",
+        "def main():\n    print('cli')\n\ndef fn(input):\n    return 'raw ' + input\n",
+    );
+    let zip = openwhisk_zip(ow.path(), Runtime::Python3).unwrap().unwrap();
+    let got = run_entry(
+        &zip,
+        "python3",
+        "__main__.py",
+        "main",
+        &serde_json::json!({"__ow_body": "x"}),
+        &[],
+    );
+    assert_eq!(got.unwrap(), serde_json::json!({"geofaas_body": "raw x"}));
+}
