@@ -45,6 +45,9 @@ pub enum Command {
     Functions(crate::deploy_cli::FunctionsCommand),
     /// What functions wrote to stdout and stderr, from every node, in time order.
     Logs(crate::logs_cli::LogsArgs),
+    /// Asynchronous calls (`Prefer: respond-async`): list them, show one, retry a dead letter.
+    #[command(subcommand)]
+    Activations(crate::activations_cli::ActivationsCommand),
 }
 
 /// Arguments of `geofaas node`.
@@ -78,6 +81,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Loadtest(args) => geofaas_loadtest::cli::run(args).await,
         Command::Fleet(args) => crate::fleet_cli::run(args).await,
         Command::Deploy(args) => crate::deploy_cli::deploy(args).await,
+        Command::Activations(cmd) => crate::activations_cli::run(cmd).await,
         Command::Rollback(args) => crate::deploy_cli::rollback(args).await,
         Command::Functions(cmd) => crate::deploy_cli::functions(cmd).await,
         Command::Logs(args) => crate::logs_cli::run(args).await,

@@ -109,7 +109,7 @@ pub(crate) struct Nodes {
 }
 
 impl Nodes {
-    async fn resolve(target: &Target) -> anyhow::Result<Self> {
+    pub(crate) async fn resolve(target: &Target) -> anyhow::Result<Self> {
         Self::resolve_with(target, Some(REQUEST_TIMEOUT)).await
     }
 
@@ -165,7 +165,7 @@ impl Nodes {
     }
 
     /// Sends one request per node at once; each node's JSON answer or error message.
-    async fn each(
+    pub(crate) async fn each(
         &self,
         make: impl Fn(&Node) -> reqwest::RequestBuilder,
     ) -> Vec<(Node, Result<Value, String>)> {

@@ -7,6 +7,7 @@
 //! `logs_cli` merges every node's function output). Only this crate links the trainer
 //! (dfdx) and the plots (plotters); a node is `geofaas_gateway`.
 
+mod activations_cli;
 mod bundle;
 mod cli;
 mod deploy_cli;

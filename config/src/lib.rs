@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activations;
 pub mod area;
 pub mod backend;
 pub mod deploy;
@@ -22,6 +23,7 @@ pub mod security;
 mod service_map;
 mod topology;
 
+pub use activations::ActivationSettings;
 pub use area::{Area, AreaConfig};
 pub use backend::{
     BackendConfig, EventStyle, LambdaBackend, LocalBackend, OpenwhiskBackend, TinyfaasBackend,

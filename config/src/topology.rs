@@ -54,6 +54,9 @@ pub struct Topology {
     /// Warming functions where moving clients are heading (`[prewarm]`).
     #[serde(default)]
     pub prewarm: crate::PrewarmSettings,
+    /// Attempts and retention of asynchronous calls (`[activations]`).
+    #[serde(default)]
+    pub activations: crate::ActivationSettings,
     /// The etcd registry of a fleet (`[registry]`); without it the file is the whole deployment.
     /// Default none.
     #[serde(default)]
@@ -456,6 +459,7 @@ impl Topology {
             .and_then(|()| self.limits.check())
             .and_then(|()| self.deploy.check())
             .and_then(|()| self.prewarm.check())
+            .and_then(|()| self.activations.check())
             .and_then(|()| self.registry.as_ref().map_or(Ok(()), |r| r.check()))
             .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())

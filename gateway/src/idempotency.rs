@@ -36,10 +36,11 @@ const MAX_KEY_LEN: usize = 255;
 /// A kept answer (also what async activations keep).
 #[derive(Debug)]
 pub(crate) struct Stored {
-    status: StatusCode,
-    headers: Vec<(HeaderName, HeaderValue)>,
-    body: Bytes,
-    request: u64,
+    pub(crate) status: StatusCode,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) body: Bytes,
+    /// The request's fingerprint ([`fingerprint`]), 0 where none is checked.
+    pub(crate) request: u64,
 }
 
 /// Why a keyed call did not produce a keepable answer.
@@ -235,11 +236,6 @@ impl Stored {
             body,
             request,
         })
-    }
-
-    /// Size of the kept body in bytes.
-    pub(crate) fn body_len(&self) -> usize {
-        self.body.len()
     }
 
     /// An error answer, kept like any other.

@@ -135,6 +135,8 @@ impl NodeHandle {
         let config = tls.server_config()?;
         let stop = CancellationToken::new();
         let live = node::Live::new(state.clone());
+        // Calls accepted before a restart run again, now that the node serves.
+        state.kept.activations.attach(&live);
         let api = routes::Api::new(live.clone());
         let token = stop.clone();
         let limits = server::ServeLimits::from_topology(&state.place.topology);

@@ -36,6 +36,14 @@ pub const DECISION_SECONDS: &str = "geofaas_scheduler_decision_seconds";
 /// Call events a `/events` subscriber lost because its queue was full (it read too slowly).
 pub const EVENTS_DROPPED: &str = "geofaas_events_dropped_total";
 
+/// Asynchronous calls, per `function` and `event` (`accepted`; `recovered`: read back from the
+/// journal at start, to run again; `retried`; `dead_lettered`).
+pub const ACTIVATIONS: &str = "geofaas_activations_total";
+/// Asynchronous calls now waiting for their next try or running, per `function` and `state`.
+pub const ACTIVATIONS_PENDING: &str = "geofaas_activations_pending";
+/// Age of the oldest asynchronous call not finished, per `function`, in seconds.
+pub const ACTIVATIONS_OLDEST: &str = "geofaas_activations_oldest_pending_seconds";
+
 /// Actual over predicted latency of calls a policy placed (`Server-Timing: predicted`), by
 /// where they ran (`placement`).
 pub const PREDICTION_ERROR: &str = "geofaas_prediction_error_ratio";
@@ -152,6 +160,21 @@ impl NodeMetrics {
             PLACEMENTS.into(),
             None,
             "Calls answered, by where they ran and why".into(),
+        );
+        recorder.describe_counter(
+            ACTIVATIONS.into(),
+            None,
+            "Asynchronous calls accepted, tried again and dead-lettered".into(),
+        );
+        recorder.describe_gauge(
+            ACTIVATIONS_PENDING.into(),
+            None,
+            "Asynchronous calls waiting for a try or running".into(),
+        );
+        recorder.describe_gauge(
+            ACTIVATIONS_OLDEST.into(),
+            Some(Unit::Seconds),
+            "Age of the oldest asynchronous call not finished".into(),
         );
         let handle = recorder.handle();
         let key = Key::from_parts(DECISION_SECONDS, vec![Label::new("node", node.to_owned())]);
@@ -317,6 +340,26 @@ impl NodeMetrics {
                 .register_counter(&key, &METADATA)
                 .absolute(value);
         }
+    }
+
+    /// An asynchronous call of `function` was accepted, tried again or dead-lettered.
+    pub fn activation(&self, function: &str, event: &'static str) {
+        self.count(ACTIVATIONS, &[("function", function), ("event", event)]);
+    }
+
+    /// The asynchronous calls of `function` not finished now, and the oldest one's age.
+    pub fn activations_now(&self, function: &str, waiting: u64, running: u64, oldest: Duration) {
+        for (state, n) in [("waiting", waiting), ("running", running)] {
+            let key = Key::from_parts(
+                ACTIVATIONS_PENDING,
+                self.labels(&[("function", function), ("state", state)]),
+            );
+            self.recorder.register_gauge(&key, &METADATA).set(n as f64);
+        }
+        let key = Key::from_parts(ACTIVATIONS_OLDEST, self.labels(&[("function", function)]));
+        self.recorder
+            .register_gauge(&key, &METADATA)
+            .set(oldest.as_secs_f64());
     }
 
     /// The clients tracked for pre-warming now.

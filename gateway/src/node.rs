@@ -360,7 +360,18 @@ impl NodeState {
                     )),
                     None => Arc::default(),
                 },
-                activations: Arc::default(),
+                activations: match &opts.state_dir {
+                    Some(dir) => {
+                        let dir = dir.join("activations");
+                        Arc::new(crate::activations::Activations::open(&dir).map_err(|e| {
+                            anyhow::anyhow!(
+                                "cannot open the activation journal {}: {e}",
+                                dir.display()
+                            )
+                        })?)
+                    }
+                    None => Arc::default(),
+                },
             },
         };
         Ok(Self {

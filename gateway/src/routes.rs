@@ -72,6 +72,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/metrics", get(metrics))
         .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
+        .merge(crate::activations::admin::routes())
         .merge(crate::ui::routes())
         .merge(crate::logs::routes())
         .merge(crate::profiles::routes())
@@ -377,10 +378,10 @@ async fn handle_call(
     };
     if control.prefer && crate::activations::wants_async(&parts.headers) {
         let owner = caller.key_id().map(str::to_owned);
-        return state
-            .kept
-            .activations
-            .start(state.clone(), call, owner.as_deref());
+        let activations = state.kept.activations.clone();
+        return activations
+            .start(state, call, owner.as_deref(), idempotency_key)
+            .await;
     }
     match idempotency_key {
         Some((key, request)) => {
@@ -582,6 +583,7 @@ async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<
         return e.into_response();
     }
     crate::prewarm::publish(&state);
+    state.kept.activations.report(&state.telemetry.metrics);
     (
         [(
             header::CONTENT_TYPE,

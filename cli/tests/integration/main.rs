@@ -9,6 +9,7 @@ mod cluster;
 mod dashboards;
 mod deploy;
 mod dns_reload;
+mod durable_activations;
 mod errors;
 mod fleet;
 mod geo;
