@@ -97,13 +97,13 @@ wait_for "http://127.0.0.1:$MANAGER_PORT/list"
 # function list every 30 s), not the retries of a node whose cloud is down ---
 fill "$HERE/topology.toml" > "$WORK/topology.toml"
 GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$LOAD_CPUS" \
-  "${CLOUD_BIN:-$BIN}" node --config "$WORK/topology.toml" --node cloud 2> "$WORK/cloud.log" &
+  "${CLOUD_BIN:-$BIN}" node --config "$WORK/topology.toml" --node cloud --state-dir "$WORK/state" 2> "$WORK/cloud.log" &
 PIDS+=($!)
 wait_for "https://127.0.0.1:$CLOUD_PORT/healthz"
 
 # --- the gateway ---
 GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
-  "$BIN" node --config "$WORK/topology.toml" --node edge 2> "$WORK/gateway.log" &
+  "$BIN" node --config "$WORK/topology.toml" --node edge --state-dir "$WORK/state" 2> "$WORK/gateway.log" &
 PIDS+=($!); GW_PID=$!
 wait_for "https://127.0.0.1:$GW_PORT/healthz"
 
@@ -112,7 +112,7 @@ PROXIES=(gateway nginx)
 if [[ -n "${BIN_BASE:-}" ]]; then
   sed -e "s|127.0.0.1:$GW_PORT|127.0.0.1:$GWBASE_PORT|g" "$WORK/topology.toml" > "$WORK/topology-base.toml"
   GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
-    "$BIN_BASE" node --config "$WORK/topology-base.toml" --node edge 2> "$WORK/gateway-base.log" &
+    "$BIN_BASE" node --config "$WORK/topology-base.toml" --node edge --state-dir "$WORK/state-base" 2> "$WORK/gateway-base.log" &
   PIDS+=($!); GWBASE_PID=$!
   wait_for "https://127.0.0.1:$GWBASE_PORT/healthz"
   PROXIES=(gateway gwbase nginx)

@@ -26,6 +26,11 @@ pub struct ActivationSettings {
     /// `geofaas activations retry`, in seconds. Default 604800 (a week).
     #[serde(default = "default_dead_letter_retention_s")]
     pub dead_letter_retention_s: u64,
+    /// Where `X-Callback-Url` may point: URL prefixes such as `"https://hooks.example.com/"`.
+    /// A callback URL that starts with none of them is refused (`400`) before the call is
+    /// accepted. Default none: no callbacks.
+    #[serde(default)]
+    pub callback_allow: Vec<String>,
 }
 
 fn default_max_attempts() -> u32 {
@@ -52,6 +57,7 @@ impl Default for ActivationSettings {
             max_age_s: default_max_age_s(),
             retention_s: default_retention_s(),
             dead_letter_retention_s: default_dead_letter_retention_s(),
+            callback_allow: Vec::new(),
         }
     }
 }
@@ -89,7 +95,27 @@ impl ActivationSettings {
                 return problem(field, value, "must be 1 s to a year");
             }
         }
+        for prefix in &self.callback_allow {
+            let ok = url::Url::parse(prefix).is_ok_and(|u| {
+                matches!(u.scheme(), "http" | "https") && u.has_host() && u.username().is_empty()
+            });
+            if !ok {
+                return Err((
+                    "activations.callback_allow".into(),
+                    prefix.clone(),
+                    "must be an http:// or https:// URL prefix with a host, e.g. \"https://hooks.example.com/\"".into(),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether `X-Callback-Url` `url` (already parsed and printed back) is allowed.
+    pub fn allows_callback(&self, url: &str) -> bool {
+        self.callback_allow.iter().any(|prefix| {
+            // Compared as URLs print: `https://Hooks.example.com` is `https://hooks.example.com/`.
+            url::Url::parse(prefix).is_ok_and(|p| url.starts_with(p.as_str()))
+        })
     }
 
     /// The wait before try `attempt` (2 for the second): the backoff doubled per earlier retry,
@@ -118,6 +144,27 @@ mod tests {
             ..ActivationSettings::default()
         };
         assert_eq!(s.check().unwrap_err().0, "activations.retention_s");
+        let s = ActivationSettings {
+            callback_allow: vec!["ftp://x/".into()],
+            ..ActivationSettings::default()
+        };
+        assert_eq!(s.check().unwrap_err().1, "ftp://x/");
+    }
+
+    #[test]
+    fn callbacks_go_only_under_an_allowed_prefix() {
+        let s = ActivationSettings {
+            callback_allow: vec![
+                "https://Hooks.example.com".into(),
+                "http://127.0.0.1:9000/cb/".into(),
+            ],
+            ..ActivationSettings::default()
+        };
+        assert!(s.allows_callback("https://hooks.example.com/done"));
+        assert!(s.allows_callback("http://127.0.0.1:9000/cb/1"));
+        assert!(!s.allows_callback("http://127.0.0.1:9000/other"));
+        assert!(!s.allows_callback("https://hooks.example.com.evil.test/"));
+        assert!(!ActivationSettings::default().allows_callback("https://hooks.example.com/"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use geofaas_gateway::TlsMaterial;
 use crate::deploy::BIN;
 
 const CALLS: usize = 150;
+const CALLBACK_SECRET: &str = "callback secret";
 
 struct Node {
     dir: tempfile::TempDir,
@@ -75,6 +76,7 @@ impl Node {
             .arg("--state-dir")
             .arg(self.path("state"))
             .env("RUST_LOG", "warn")
+            .env("GEOFAAS_CALLBACK_SECRET", CALLBACK_SECRET)
             .current_dir(std::env::temp_dir())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -376,6 +378,17 @@ async fn failed_calls_are_tried_again_then_dead_lettered_listed_and_retried_by_h
         "/fn/nosuch",
     );
     assert_eq!(status, 404, "{text}");
+    let big = node.path("big.bin");
+    std::fs::write(&big, vec![b'x'; 7 << 20]).unwrap();
+    let at_big = format!("@{}", big.display());
+    let (status, text) = node.curl(
+        false,
+        &["-H", "Prefer: respond-async", "--data-binary", &at_big],
+        "/fn/gated",
+    );
+    assert_eq!(status, 413, "{text}");
+    let ls = node.activations(&["ls"]);
+    assert!(!ls.contains("nosuch"), "{ls}");
     let args = [
         "-H",
         "Prefer: respond-async",
@@ -397,4 +410,103 @@ async fn failed_calls_are_tried_again_then_dead_lettered_listed_and_retried_by_h
         b.to_ascii_lowercase().contains("idempotent-replayed: true"),
         "{b}"
     );
+}
+
+/// One POST the callback receiver got: its headers and body.
+type Received = (axum::http::HeaderMap, bytes::Bytes);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_is_posted_to_the_callback_url_signed_and_retried_until_taken() {
+    use std::sync::{Arc, Mutex};
+    // The receiver refuses the first post (503) and takes the second.
+    let got: Arc<Mutex<Vec<Received>>> = Arc::default();
+    let seen = got.clone();
+    let router = axum::Router::new().route(
+        "/hooks/{id}",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
+            let seen = seen.clone();
+            async move {
+                let mut seen = seen.lock().unwrap();
+                seen.push((headers, body));
+                match seen.len() {
+                    1 => axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    _ => axum::http::StatusCode::OK,
+                }
+            }
+        }),
+    );
+    let receiver = geofaas_test_support::server::TestServer::start(router)
+        .await
+        .unwrap();
+    let hooks = format!("{}/hooks/", receiver.url().trim_end_matches('/'));
+    let node = Node::start(&format!("[activations]\ncallback_allow = [\"{hooks}\"]\n"));
+    node.wait_ready().await;
+
+    // Refused before anything is accepted: a URL outside the allowed prefix.
+    let (status, text) = node.curl(
+        false,
+        &[
+            "-H",
+            "Prefer: respond-async",
+            "-H",
+            "X-Callback-Url: http://127.0.0.1:1/elsewhere",
+            "-d",
+            "x",
+        ],
+        "/fn/gated",
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("callback_not_allowed"), "{text}");
+
+    let hook = format!("X-Callback-Url: {hooks}order-9");
+    let (status, head) = node.curl(
+        true,
+        &[
+            "-H",
+            "Prefer: respond-async",
+            "-H",
+            &hook,
+            "-d",
+            "no-such-gate",
+        ],
+        "/fn/gated",
+    );
+    assert_eq!(status, 202, "{head}");
+    let id = head
+        .lines()
+        .find_map(|l| l.strip_prefix("location: /activations/"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let until = Instant::now() + Duration::from_secs(30);
+    while got.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < until, "the callback was not tried twice");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (headers, body) = got.lock().unwrap()[1].clone();
+    assert_eq!(&body[..], b"open");
+    assert_eq!(headers["x-activation-id"], id.as_str());
+    assert_eq!(headers["x-activation-status"], "200");
+    assert_eq!(headers["x-function"], "gated");
+    // The signature, checked with openssl: HMAC-SHA256 of "TS.ID.BODY".
+    let sig = headers["x-geofaas-signature"].to_str().unwrap().to_owned();
+    let (ts, mac) = sig
+        .strip_prefix("t=")
+        .and_then(|s| s.split_once(",v1="))
+        .unwrap_or_else(|| panic!("{sig}"));
+    let message = node.path("signed.txt");
+    std::fs::write(&message, format!("{ts}.{id}.open")).unwrap();
+    let out = Command::new("openssl")
+        .args(["dgst", "-sha256", "-hmac", CALLBACK_SECRET, "-r"])
+        .arg(&message)
+        .output()
+        .unwrap();
+    let expected = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(expected.split_whitespace().next(), Some(mac), "{sig}");
+    // Delivered once taken: no third post.
+    let (status, body) = node
+        .answer(&format!("/activations/{id}"), Duration::from_secs(5))
+        .await;
+    assert_eq!((status, body.as_str()), (200, "open"));
+    assert_eq!(got.lock().unwrap().len(), 2);
 }

@@ -36,6 +36,8 @@ enum Effect {
     /// The call `id` ended: the segments of its pending lines may go, this one stays until
     /// `keep_until`.
     Finished { id: String, keep_until: SystemTime },
+    /// Nothing for the lifetimes.
+    None,
 }
 
 struct Write_ {
@@ -168,6 +170,7 @@ impl Record {
                 id: id.clone(),
                 keep_until: SystemTime::UNIX_EPOCH + Duration::from_millis(*keep_until_ms),
             },
+            Record::Delivered { .. } => Effect::None,
         }
     }
 }
@@ -204,6 +207,7 @@ impl Lifetimes {
                 let seg = self.segments.entry(seq).or_default();
                 seg.keep_until = seg.keep_until.max(Some(*keep_until));
             }
+            Effect::None => {}
         }
     }
 

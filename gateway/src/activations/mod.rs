@@ -21,6 +21,7 @@
 //! an admin key); to any other key it does not exist.
 
 pub mod admin;
+pub mod callback;
 mod journal;
 mod saved;
 
@@ -74,6 +75,8 @@ struct Pending {
     errors: Vec<SavedError>,
     /// Between tries (after a failure, until the backoff ends) rather than running.
     waiting: bool,
+    /// Where to post the answer.
+    callback: Option<String>,
 }
 
 /// A call that ended: its answer, or a dead letter.
@@ -89,6 +92,8 @@ struct Finished {
     keep_until: SystemTime,
     /// A dead letter's call, to retry it.
     dead: Option<Arc<SavedCall>>,
+    /// Where the answer is posted.
+    callback: Option<String>,
 }
 
 /// Entries expire at their own `keep_until`.
@@ -136,6 +141,10 @@ pub struct Activations {
     recovered: Mutex<Vec<(String, u32)>>,
     /// The functions whose gauges [`Activations::report`] set last time.
     reported: Mutex<Vec<String>>,
+    /// Answers read back from the journal whose callback was not delivered yet.
+    undelivered: Mutex<Vec<String>>,
+    /// The client callbacks are posted with.
+    callbacks: OnceLock<reqwest::Client>,
 }
 
 impl std::fmt::Debug for Activations {
@@ -163,6 +172,8 @@ impl Default for Activations {
             live: OnceLock::new(),
             recovered: Mutex::default(),
             reported: Mutex::default(),
+            undelivered: Mutex::default(),
+            callbacks: OnceLock::new(),
         }
     }
 }
@@ -245,6 +256,7 @@ impl Activations {
     fn replay(&mut self, records: Vec<Record>) {
         let now = SystemTime::now();
         let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut undelivered = Vec::new();
         for r in records {
             match r {
                 Record::Accepted {
@@ -253,6 +265,7 @@ impl Activations {
                     owner,
                     key,
                     call,
+                    callback,
                 } => {
                     self.answers.invalidate(&id);
                     self.dead.invalidate(&id);
@@ -268,6 +281,7 @@ impl Activations {
                             call: Arc::new(call),
                             errors: Vec::new(),
                             waiting: true,
+                            callback,
                         },
                     );
                 }
@@ -286,8 +300,10 @@ impl Activations {
                     answer,
                     attempts,
                     call,
+                    callback,
                 } => {
                     pending.remove(&id);
+                    undelivered.retain(|u| *u != id);
                     let keep_until = at_ms(keep_until_ms);
                     let Some(answer) = answer.to_stored() else {
                         continue;
@@ -296,6 +312,9 @@ impl Activations {
                         continue;
                     }
                     let dead = call.map(Arc::new);
+                    if callback.is_some() {
+                        undelivered.push(id.clone());
+                    }
                     let f = Arc::new(Finished {
                         function,
                         owner,
@@ -305,14 +324,20 @@ impl Activations {
                         errors: attempts,
                         keep_until,
                         dead,
+                        callback,
                     });
                     match f.dead {
                         Some(_) => self.dead.insert(id, f),
                         None => self.answers.insert(id, f),
                     }
                 }
+                Record::Delivered { id } => undelivered.retain(|u| *u != id),
             }
         }
+        *self
+            .undelivered
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner()) = undelivered;
         let recovered: Vec<(String, u32)> = pending
             .iter()
             .map(|(id, p)| (id.clone(), p.errors.len() as u32))
@@ -344,6 +369,12 @@ impl Activations {
             let (this, state) = (self.clone(), live.current());
             tokio::spawn(async move { this.drive(id, tries, state).await });
         }
+        let undelivered = std::mem::take(&mut *lock(&self.undelivered));
+        for id in undelivered {
+            if let Some(f) = self.finished(&id) {
+                self.post(id, f);
+            }
+        }
     }
 
     /// Accepts `call` and runs it in the background; the 202 names where to fetch the answer.
@@ -367,6 +398,7 @@ impl Activations {
                 return Ok(accepted(&id, true));
             }
         }
+        let callback = callback::requested(&call.headers, &state.place.topology.activations)?;
         // A function no node serves is refused now, not accepted and dead-lettered.
         let here = !state.directory.local(&call.function).await.is_empty();
         let elsewhere = state.links.outbound.is_some()
@@ -395,6 +427,7 @@ impl Activations {
                 owner: owner.map(str::to_owned),
                 key: key.clone(),
                 call: (*saved).clone(),
+                callback: callback.clone(),
             };
             if let Err(e) = journal.write_synced(&record).await {
                 self.running.fetch_sub(1, Ordering::AcqRel);
@@ -413,6 +446,7 @@ impl Activations {
                 call: saved,
                 errors: Vec::new(),
                 waiting: false,
+                callback,
             },
         );
         state
@@ -478,7 +512,7 @@ impl Activations {
     /// Records a try's result: the call's end (`None`), or the count of failed tries when it
     /// is to be tried again.
     fn settle(
-        &self,
+        self: &Arc<Self>,
         state: &NodeState,
         id: &str,
         tries: u32,
@@ -537,6 +571,7 @@ impl Activations {
                 answer: SavedAnswer::of(&answer),
                 attempts: p.errors.clone(),
                 call: dead.then(|| (*p.call).clone()),
+                callback: p.callback.clone(),
             });
         }
         if dead {
@@ -557,12 +592,33 @@ impl Activations {
             errors: p.errors,
             keep_until: at_ms(keep_until_ms),
             dead: dead.then_some(p.call),
+            callback: p.callback,
         });
+        if f.callback.is_some() {
+            self.post(id.to_owned(), f.clone());
+        }
         match dead {
             true => self.dead.insert(id.to_owned(), f),
             false => self.answers.insert(id.to_owned(), f),
         }
         None
+    }
+
+    /// Posts finished call `id`'s answer to its callback URL in the background; once delivered,
+    /// the journal says so (else a restart posts it again).
+    fn post(self: &Arc<Self>, id: String, f: Arc<Finished>) {
+        let Some(url) = f.callback.clone() else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let client = this.callbacks.get_or_init(callback::client);
+            if callback::deliver(client, &url, &id, &f.function, &f.answer).await {
+                if let Some(j) = &this.journal {
+                    j.write(&Record::Delivered { id });
+                }
+            }
+        });
     }
 
     /// The answer of activation `id`: 202 while it runs, then the call's own answer (a dead
@@ -672,6 +728,7 @@ impl Activations {
                 owner: f.owner.clone(),
                 key: None,
                 call: (*call).clone(),
+                callback: f.callback.clone(),
             };
             if let Err(e) = journal.write_synced(&record).await {
                 self.running.fetch_sub(1, Ordering::AcqRel);
@@ -688,6 +745,7 @@ impl Activations {
                 call,
                 errors: Vec::new(),
                 waiting: true,
+                callback: f.callback.clone(),
             },
         );
         let (this, task_id) = (self.clone(), id.to_owned());

@@ -32,6 +32,9 @@ pub(crate) enum Record {
         /// resubmission finds it.
         key: Option<(String, u64)>,
         call: SavedCall,
+        /// Where to post the answer (`X-Callback-Url`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        callback: Option<String>,
     },
     /// A try failed in a way that may be retried; the next comes after the backoff.
     Attempt { id: String, error: SavedError },
@@ -49,7 +52,12 @@ pub(crate) enum Record {
         attempts: Vec<SavedError>,
         /// The call, kept with a dead letter so it can be retried.
         call: Option<SavedCall>,
+        /// Where the answer is to be posted, until a `delivered` line says it was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        callback: Option<String>,
     },
+    /// The answer reached the callback URL.
+    Delivered { id: String },
 }
 
 /// A header value or body byte string: text as it is, anything else in base64.

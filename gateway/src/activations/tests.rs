@@ -52,6 +52,7 @@ fn accepted_record(id: &str, function: &str) -> Record {
         owner: Some("app".into()),
         key: Some((format!("{function}\nk-{id}"), 7)),
         call: SavedCall::of(&call(function, b"\x00binary body\xff")),
+        callback: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn finished_record(id: &str, dead: bool, keep_for: Duration) -> Record {
             message: "no backend".into(),
         }],
         call: dead.then(|| SavedCall::of(&call("f", b"x"))),
+        callback: None,
     }
 }
 
@@ -147,6 +149,7 @@ async fn records_are_read_back_in_order_after_a_restart_and_a_torn_line_is_skipp
             Record::Accepted { .. } => "accepted",
             Record::Attempt { .. } => "attempt",
             Record::Finished { .. } => "finished",
+            Record::Delivered { .. } => "delivered",
         })
         .collect();
     assert_eq!(kinds, ["accepted", "attempt", "finished"]);
