@@ -253,6 +253,13 @@ struct LinkStats {
     forward: Figure,
 }
 
+impl LinkStats {
+    /// The link's figure on any number of samples: forwards first, else probes.
+    fn measured_ms(&self) -> Option<f64> {
+        self.forward.get().or(self.probe.get())
+    }
+}
+
 /// What one node measured of one function, as the scheduler uses it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Facts {
@@ -460,9 +467,7 @@ impl ProfileBook {
 
     /// The same measured on any number of samples (what reports and profile files say).
     fn measured_link_ms(&self, node: &str) -> Option<f64> {
-        let map = read(&self.links);
-        let l = map.get(node)?;
-        l.forward.get().or(l.probe.get())
+        read(&self.links).get(node).and_then(LinkStats::measured_ms)
     }
 
     /// The figures a load report carries.
@@ -485,9 +490,12 @@ impl ProfileBook {
                 ))
             })
             .collect();
+        // One read guard: taking the lock again under it deadlocks once a writer waits
+        // between the two (std's RwLock lets the writer go first; seen as a node whose
+        // load reports and /metrics hung).
         let links = read(&self.links)
-            .keys()
-            .filter_map(|id| Some((id.clone(), self.measured_link_ms(id)?)))
+            .iter()
+            .filter_map(|(id, l)| Some((id.clone(), l.measured_ms()?)))
             .collect();
         (functions, links)
     }

@@ -184,6 +184,10 @@ impl Spawned {
                 .arg(&path)
                 .arg("--node")
                 .arg(&node.id)
+                // Each node's own state (deployed functions, the activation journal) under
+                // this run's folder, not the shared `.geofaas` of the working directory.
+                .arg("--state-dir")
+                .arg(&dir)
                 .env(&derived.security.offload_secret_env, &secret)
                 .env("RUST_LOG", &log_filter)
                 .stdin(Stdio::null())

@@ -62,6 +62,8 @@ impl Fleet {
             .args(["node", "--config"])
             .arg(&self.topology)
             .args(["--node", id])
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
             .env("GEOFAAS_OFFLOAD_SECRET", "chaos secret")
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())

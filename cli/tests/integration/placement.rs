@@ -443,6 +443,8 @@ async fn corrupt_weights_fall_back_to_greedy_with_one_log_line_and_sighup_loads_
     let child = Command::new(env!("CARGO_BIN_EXE_geofaas"))
         .args(["node", "--node", "cbd", "--config"])
         .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
         .env("GEOFAAS_OFFLOAD_SECRET", "weights test")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -141,13 +141,11 @@ proptest! {
     }
 }
 
-/// The function name `seg` gives (up to a `?` that starts the query), percent-decoded, when it
-/// is one path segment of valid UTF-8.
+/// The function name `seg` gives (its first path segment, up to a `?` that starts the query;
+/// the rest is the function's sub-path), percent-decoded, when it is valid UTF-8.
 fn percent_decoded(seg: &str) -> Option<String> {
     let seg = seg.split(['?', '#']).next().unwrap_or_default();
-    if seg.contains('/') {
-        return None;
-    }
+    let seg = seg.split('/').next().unwrap_or_default();
     let bytes = seg.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
