@@ -510,3 +510,182 @@ async fn the_answer_is_posted_to_the_callback_url_signed_and_retried_until_taken
     assert_eq!((status, body.as_str()), (200, "open"));
     assert_eq!(got.lock().unwrap().len(), 2);
 }
+
+/// A client of `up`'s current CA (a new one each start).
+fn up_client(state: &Path) -> reqwest::Client {
+    let pem = std::fs::read(state.join("ca.pem")).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn spawn_up(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("up.log"))
+        .unwrap();
+    Command::new(BIN)
+        .args(["up", "--no-dns", "--config"])
+        .arg(dir.join("lisbon.toml"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env("RUST_LOG", "warn")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+async fn up_ready(dir: &Path, url: &str) -> reqwest::Client {
+    for _ in 0..600 {
+        if dir.join("state/ca.pem").exists() {
+            let client = up_client(&dir.join("state"));
+            if client
+                .get(format!("{url}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return client;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(dir.join("up.log")).unwrap_or_default();
+    panic!("up never became ready:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_killed_while_it_accepts_calls_answers_every_202_after_its_restart() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    const TOTAL: usize = 400;
+    const KILL_AT: usize = 150;
+    let dir = tempfile::tempdir().unwrap();
+    let port = |_| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (edge, cloud) = (port(0), port(1));
+    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/async-functions");
+    let node = |id: &str, role: &str, area: &str, p: u16| {
+        format!(
+            "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = 38.7107, lon = -9.1366 }}\n{area}\n\
+             public_url = \"https://127.0.0.1:{p}\"\nlisten = \"127.0.0.1:{p}\"\n\
+             [[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n\n",
+            functions.display()
+        )
+    };
+    let text = [
+        "zone = \"lisbon.test.\"\n[gateway]\nmax_concurrent_calls = 4\n\n".to_owned(),
+        node(
+            "baixa",
+            "edge",
+            "area.circle = { center = { lat = 38.7107, lon = -9.1366 }, radius_km = 3 }",
+            edge,
+        ),
+        node("cloud", "cloud", "area = \"world\"", cloud),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("lisbon.toml"), text).unwrap();
+    let url = format!("https://127.0.0.1:{edge}");
+    let mut up = spawn_up(dir.path());
+    let client = up_ready(dir.path(), &url).await;
+    let log = dir.path().join("executions.log");
+
+    // Eight clients submit calls at the edge until up dies under them.
+    let next = Arc::new(AtomicUsize::new(0));
+    let accepted: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, next, accepted, url, log) = (
+                client.clone(),
+                next.clone(),
+                accepted.clone(),
+                url.clone(),
+                log.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    if i >= TOTAL {
+                        return;
+                    }
+                    let sent = client
+                        .post(format!("{url}/fn/slowtally"))
+                        .header("Prefer", "respond-async")
+                        .header("X-Client-Location", "38.7107,-9.1366")
+                        .body(format!("{} a{i}", log.display()))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) if r.status() == 202 => {
+                            let location = r.headers()["location"].to_str().unwrap().to_owned();
+                            accepted.lock().unwrap().push((i, location));
+                        }
+                        // Up died under this call: it was not accepted.
+                        _ => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    while accepted.lock().unwrap().len() < KILL_AT {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Command::new("kill")
+        .args(["-9", &up.id().to_string()])
+        .status()
+        .unwrap();
+    up.wait().unwrap();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let accepted = accepted.lock().unwrap().clone();
+    let ran_before: usize = runs(&log).values().sum();
+
+    let mut up = spawn_up(dir.path());
+    let client = up_ready(dir.path(), &url).await;
+    for (i, location) in &accepted {
+        let until = Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = client.get(format!("{url}{location}")).send().await.unwrap();
+            if r.status() != 202 {
+                assert_eq!(r.status(), 200, "a{i} at {location}");
+                assert_eq!(r.text().await.unwrap(), format!("ok a{i}"));
+                break;
+            }
+            assert!(Instant::now() < until, "a{i} still running");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let runs = runs(&log);
+    let twice: Vec<&String> = runs
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    eprintln!(
+        "up killed: {} accepted before the kill, {ran_before} had run, all answered after the restart; ran twice: {twice:?}",
+        accepted.len()
+    );
+    for (i, _) in &accepted {
+        assert!(runs.contains_key(&format!("a{i}")), "a{i} never ran");
+    }
+    assert!(runs.values().all(|n| *n <= 2), "{runs:?}");
+    // Twice only for a call running at the kill (at most the 4 permits) or run and not yet
+    // journaled as finished.
+    assert!(twice.len() <= ran_before + 4, "{twice:?}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &up.id().to_string()])
+        .status();
+    let _ = up.wait();
+}
