@@ -465,11 +465,6 @@ impl ProfileBook {
         enough(&l.probe).or_else(|| enough(&l.forward))
     }
 
-    /// The same measured on any number of samples (what reports and profile files say).
-    fn measured_link_ms(&self, node: &str) -> Option<f64> {
-        read(&self.links).get(node).and_then(LinkStats::measured_ms)
-    }
-
     /// The figures a load report carries.
     pub fn report(&self) -> (BTreeMap<String, FunctionFacts>, BTreeMap<String, f64>) {
         let functions = read(&self.functions)
