@@ -139,6 +139,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         metrics: crate::up::install_metrics(),
         fleet,
         state_dir: Some(crate::up::node_state_dir(&args.state_dir, &node.id)),
+        shared_dir: Some(args.state_dir.clone()),
     };
     let listener = tokio::net::TcpListener::bind(node.listen)
         .await

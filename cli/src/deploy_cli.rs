@@ -13,7 +13,8 @@ use anyhow::Context;
 use geofaas_config::Topology;
 use serde_json::Value;
 
-use geofaas_gateway::deploy::admin::{ENV_HEADER, SECRET_HEADER};
+use geofaas_gateway::deploy::admin::{CRON_HEADER, ENV_HEADER, SECRET_HEADER};
+use geofaas_gateway::deploy::store::VersionEnv;
 use geofaas_gateway::deploy::bundle::Bundle;
 
 /// Environment variable holding the admin key sent as a bearer token.
@@ -60,6 +61,11 @@ pub struct DeployArgs {
     /// a deploy without --percent promotes it or `rollback` ends it.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub percent: Option<u8>,
+    /// Call the function on this schedule (repeat for more): a cron expression in UTC, five
+    /// fields (`*/5 * * * *`: every five minutes), six with seconds first (`*/2 * * * * *`),
+    /// or `@hourly`, `@daily`, .... Each tick runs once across the fleet; see docs/events.md.
+    #[arg(long = "cron", value_name = "EXPR")]
+    pub cron: Vec<String>,
     /// Which nodes.
     #[command(flatten)]
     pub target: Target,
@@ -296,7 +302,11 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
     let bundle = Bundle::from_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     // Checked here as the node will: a folder the runtime cannot serve is not sent at all.
     geofaas_functions::local::load_function(&name, dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let version = bundle.version(&env, &secrets);
+    let version = bundle.version(&VersionEnv {
+        env: env.clone(),
+        secrets: secrets.clone(),
+        cron: args.cron.iter().map(|c| c.trim().to_owned()).collect(),
+    });
     let packed = bundle.pack()?;
     let nodes = Nodes::resolve(&args.target).await?;
     println!(
@@ -321,6 +331,9 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
             }
             for (k, v) in &secrets {
                 req = req.header(SECRET_HEADER, format!("{k}={v}"));
+            }
+            for expr in &args.cron {
+                req = req.header(CRON_HEADER, expr.trim());
             }
             req
         })
@@ -433,8 +446,8 @@ fn report(
 /// The table `geofaas functions ls` prints: one row per function and node.
 fn ls_table(results: &[(Node, Result<Value, String>)]) -> String {
     let mut out = format!(
-        "{:<20} {:<12} {:<13} {:<20} {}\n",
-        "FUNCTION", "NODE", "LIVE", "ROLLOUT", "PREVIOUS"
+        "{:<20} {:<12} {:<13} {:<20} {:<27} {}\n",
+        "FUNCTION", "NODE", "LIVE", "ROLLOUT", "PREVIOUS", "CRON"
     );
     let mut rows = Vec::new();
     for (node, result) in results {
@@ -467,8 +480,19 @@ fn ls_table(results: &[(Node, Result<Value, String>)]) -> String {
             } else {
                 previous.join(" ")
             };
+            let cron: Vec<&str> = f["cron"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let cron = if cron.is_empty() {
+                "-".to_owned()
+            } else {
+                cron.join("; ")
+            };
             let row = format!(
-                "{name:<20} {:<12} {live:<13} {rollout:<20} {previous}\n",
+                "{name:<20} {:<12} {live:<13} {rollout:<20} {previous:<27} {cron}\n",
                 node.id
             );
             rows.push((name, row));

@@ -83,6 +83,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         metrics: install_metrics(),
         fleet: None,
         state_dir: None,
+        shared_dir: None,
     };
     let mut nodes = Vec::new();
     for node in &topology.nodes {
@@ -97,6 +98,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         let backends = geofaas_gateway::build_backends(&topology, &node.id)?;
         let opts = NodeOptions {
             state_dir: Some(node_state_dir(&args.state_dir, &node.id)),
+            shared_dir: Some(args.state_dir.clone()),
             ..opts.clone()
         };
         let state = Arc::new(NodeState::new(topology.clone(), &node.id, backends, opts)?);

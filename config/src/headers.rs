@@ -35,6 +35,12 @@ pub const FUNCTION_VERSION: &str = "x-function-version";
 /// Request: a caller's stable id; during a percentage rollout it keeps the caller on one
 /// version (else its API key or address does).
 pub const CLIENT_ID: &str = "x-client-id";
+/// Request header a trigger's call carries: what started it (`cron`). Only the platform sets
+/// it: a client's own is dropped.
+pub const TRIGGER: &str = "x-geofaas-trigger";
+/// Request header on a cron trigger's call: the tick's id, `{function}/{schedule}/{time}`, one
+/// per tick across the fleet.
+pub const TICK: &str = "x-geofaas-tick";
 
 /// Function request: the id of the node that serves the call.
 pub const GEO_NODE: &str = "x-geo-node";

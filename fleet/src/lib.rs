@@ -123,6 +123,39 @@ impl Fleet {
         self.etcd.delete(key.into_bytes()).await
     }
 
+    /// Claims the tick at `at_ms` of the cron schedule `schedule` for this node: `Ok(true)` when
+    /// no node claimed it or a later tick before. One key per schedule,
+    /// `{prefix}cron/{schedule}`, holds the last claimed tick; it moves forward only, in a
+    /// transaction that fails when another node moved it since it was read.
+    pub async fn claim_tick(&self, schedule: &str, at_ms: u64) -> Result<bool, FleetError> {
+        let key = format!("{}cron/{schedule}", self.settings.prefix).into_bytes();
+        loop {
+            let (kvs, revision) = self.etcd.range_prefix(&key).await?;
+            let last = kvs
+                .iter()
+                .find(|kv| kv.key == key)
+                .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse::<u64>().ok());
+            if last.is_some_and(|last| last >= at_ms) {
+                return Ok(false);
+            }
+            let value = at_ms.to_string().into_bytes();
+            if self
+                .etcd
+                .put_if_unchanged(&key, revision, key.clone(), value, 0)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// The last claimed tick of `schedule` (ms since the Unix epoch), if any.
+    pub async fn last_tick(&self, schedule: &str) -> Result<Option<u64>, FleetError> {
+        let key = format!("{}cron/{schedule}", self.settings.prefix);
+        let value = self.etcd.get(key.as_bytes()).await?;
+        Ok(value.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()))
+    }
+
     /// Each node's latest load report, leaving out those older than three report intervals.
     pub fn loads(&self) -> BTreeMap<String, LoadReport> {
         let stale = Duration::from_millis(self.settings.load_interval_ms.saturating_mul(3));

@@ -18,6 +18,7 @@ pub mod access;
 pub mod activations;
 pub mod auth;
 pub mod body;
+pub mod cron;
 pub mod deploy;
 pub mod directory;
 pub mod error;
@@ -122,6 +123,8 @@ pub struct NodeHandle {
     exchange: JoinHandle<()>,
     /// Folds queued metric samples into the histograms ([`metrics::upkeep`]).
     upkeep: JoinHandle<()>,
+    /// Runs the cron ticks this node claims ([`cron::run`]).
+    cron: JoinHandle<()>,
 }
 
 impl NodeHandle {
@@ -149,6 +152,7 @@ impl NodeHandle {
         ));
         let exchange = tokio::spawn(loads::exchange(live.clone()));
         let upkeep = tokio::spawn(metrics::upkeep(live.clone()));
+        let cron = tokio::spawn(cron::run(live.clone()));
         Ok(Self {
             state,
             live,
@@ -157,6 +161,7 @@ impl NodeHandle {
             task,
             exchange,
             upkeep,
+            cron,
         })
     }
 
@@ -204,6 +209,7 @@ impl NodeHandle {
         self.state.intake.ready.store(false, Ordering::Relaxed);
         self.exchange.abort();
         self.upkeep.abort();
+        self.cron.abort();
         self.stop.cancel();
         self.task.await??;
         Ok(())

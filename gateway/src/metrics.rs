@@ -44,6 +44,11 @@ pub const ACTIVATIONS_PENDING: &str = "geofaas_activations_pending";
 /// Age of the oldest asynchronous call not finished, per `function`, in seconds.
 pub const ACTIVATIONS_OLDEST: &str = "geofaas_activations_oldest_pending_seconds";
 
+/// Cron ticks this node saw, per `function` and `outcome` (`run`: it claimed the tick and
+/// accepted its call; `taken`: another node claimed it; `missed`: due while no node ran, not
+/// run; `failed`: not claimed or not accepted, with a log line naming why).
+pub const CRON_TICKS: &str = "geofaas_cron_ticks_total";
+
 /// Actual over predicted latency of calls a policy placed (`Server-Timing: predicted`), by
 /// where they ran (`placement`).
 pub const PREDICTION_ERROR: &str = "geofaas_prediction_error_ratio";
@@ -160,6 +165,11 @@ impl NodeMetrics {
             PLACEMENTS.into(),
             None,
             "Calls answered, by where they ran and why".into(),
+        );
+        recorder.describe_counter(
+            CRON_TICKS.into(),
+            None,
+            "Cron ticks run here, taken by another node, missed or failed".into(),
         );
         recorder.describe_counter(
             ACTIVATIONS.into(),
@@ -345,6 +355,15 @@ impl NodeMetrics {
     /// An asynchronous call of `function` was accepted, tried again or dead-lettered.
     pub fn activation(&self, function: &str, event: &'static str) {
         self.count(ACTIVATIONS, &[("function", function), ("event", event)]);
+    }
+
+    /// One cron tick of `function` and what became of it here.
+    pub fn cron_tick(&self, function: &str, outcome: &'static str, n: u64) {
+        let key = Key::from_parts(
+            CRON_TICKS,
+            self.labels(&[("function", function), ("outcome", outcome)]),
+        );
+        self.recorder.register_counter(&key, &METADATA).increment(n);
     }
 
     /// The asynchronous calls of `function` not finished now, and the oldest one's age.

@@ -39,6 +39,10 @@ pub struct NodeOptions {
     /// The node's own state folder, where deployed functions are kept (`geofaas deploy`);
     /// without one the node takes no deploys.
     pub state_dir: Option<std::path::PathBuf>,
+    /// A folder the nodes on this machine share (`up`'s and `geofaas node`'s `--state-dir`):
+    /// where they claim cron ticks when there is no registry ([`crate::cron`]). Without one a
+    /// node claims them in its own state folder.
+    pub shared_dir: Option<std::path::PathBuf>,
 }
 
 /// Who and where this node is: its place in the topology.
@@ -390,6 +394,12 @@ impl NodeState {
     /// The fleet registry, when `[registry]` is configured.
     pub fn fleet(&self) -> Option<&Arc<geofaas_fleet::Fleet>> {
         self.opts.fleet.as_ref()
+    }
+
+    /// Where this node claims cron ticks without a registry: the shared folder, else its own.
+    pub fn claims_dir(&self) -> Option<std::path::PathBuf> {
+        let dir = self.opts.shared_dir.as_ref().or(self.opts.state_dir.as_ref())?;
+        Some(dir.join("cron"))
     }
 
     /// The client for node-to-node requests (with an offload secret only).

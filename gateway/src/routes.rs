@@ -366,7 +366,7 @@ async fn handle_call(
         http: Arc::new(http_request(parts, client)),
         method: parts.method.clone(),
         path_and_query,
-        headers: headers::for_function(&parts.headers),
+        headers: function_headers(&parts.headers, signed),
         context: geo::context(here(&state.place), location.as_ref(), &request_id),
         body,
         location: location.map(|l| l.point),
@@ -391,6 +391,17 @@ async fn handle_call(
         }
         None => Ok(invoke::run(&state, call).await.into_response()),
     }
+}
+
+/// The client's headers the function receives; the trigger headers only from another node
+/// (an offloaded cron call), never from a client.
+fn function_headers(sent: &HeaderMap, signed: bool) -> HeaderMap {
+    let mut out = headers::for_function(sent);
+    if !signed {
+        out.remove(geofaas_config::headers::TRIGGER);
+        out.remove(geofaas_config::headers::TICK);
+    }
+    out
 }
 
 /// Who calls, as a stable hash for percentage rollouts: the client's `X-Client-Id`, else its
@@ -448,7 +459,7 @@ fn locate(
 }
 
 /// This node as a function's geo context names it.
-fn here(place: &Place) -> geo::Here<'_> {
+pub(crate) fn here(place: &Place) -> geo::Here<'_> {
     geo::Here {
         id: &place.id_header,
         role: place.role,

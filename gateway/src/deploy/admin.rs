@@ -27,6 +27,8 @@ use crate::node::{Live, NodeState};
 pub const ENV_HEADER: &str = "x-function-env";
 /// Request header: one `--secret` entry, `KEY=VALUE`.
 pub const SECRET_HEADER: &str = "x-function-secret";
+/// Request header: one `--cron` schedule.
+pub const CRON_HEADER: &str = "x-function-cron";
 
 /// The admin routes of deployed functions.
 pub fn routes() -> Router<Arc<Live>> {
@@ -99,6 +101,7 @@ async fn deploy(
         env: entries(&headers, ENV_HEADER)?,
         secrets: entries(&headers, SECRET_HEADER)?,
         percent: query.percent,
+        cron: schedules(&headers)?,
     };
     let (version, status) = deployer.deploy(&runtime, req).await?;
     let registry = super::sync::publish(&state, &status).await;
@@ -218,6 +221,19 @@ pub(crate) fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, St
         out.push((k.to_owned(), v.to_owned()));
     }
     Ok(out)
+}
+
+/// The schedules of every `X-Function-Cron` header, one expression each (checked by the deploy).
+pub(crate) fn schedules(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+    headers
+        .get_all(CRON_HEADER)
+        .iter()
+        .map(|v| {
+            v.to_str()
+                .map(|s| s.trim().to_owned())
+                .map_err(|_| ApiError::bad_header(CRON_HEADER, "(not text)", "not visible ASCII"))
+        })
+        .collect()
 }
 
 fn not_deployed(name: &str) -> ApiError {

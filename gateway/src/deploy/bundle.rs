@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Component, Path};
 
+use super::store::VersionEnv;
+
 /// Most files one bundle may hold.
 pub const MAX_FILES: usize = 10_000;
 /// Hex digits of the SHA-256 that make a version id.
@@ -187,7 +189,7 @@ impl Bundle {
     }
 
     /// The version id of these files with this environment (see the module docs).
-    pub fn version(&self, env: &[(String, String)], secrets: &[(String, String)]) -> String {
+    pub fn version(&self, env: &VersionEnv) -> String {
         let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
         for (path, file) in &self.files {
             ctx.update(path.as_bytes());
@@ -196,10 +198,13 @@ impl Bundle {
             ctx.update(b"\0");
             ctx.update(&file.data);
         }
-        for (k, v) in env {
+        for (k, v) in &env.env {
             ctx.update(format!("env\0{k}={v}\0").as_bytes());
         }
-        for (k, v) in secrets {
+        for expr in &env.cron {
+            ctx.update(format!("cron\0{expr}\0").as_bytes());
+        }
+        for (k, v) in &env.secrets {
             let hash = ring::digest::digest(&ring::digest::SHA256, v.as_bytes());
             ctx.update(format!("secret\0{k}\0").as_bytes());
             ctx.update(hash.as_ref());

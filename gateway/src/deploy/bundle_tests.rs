@@ -41,27 +41,37 @@ fn a_packed_folder_unpacks_to_the_same_files_and_version() {
     let bundle = Bundle::from_dir(dir.path()).unwrap();
     let again = Bundle::unpack(&bundle.pack().unwrap(), LIMIT).unwrap();
     assert_eq!(again, bundle);
-    assert_eq!(again.version(&[], &[]), bundle.version(&[], &[]));
+    assert_eq!(again.version(&VersionEnv::default()), bundle.version(&VersionEnv::default()));
     let names: Vec<&str> = again.files().keys().map(String::as_str).collect();
     assert_eq!(names, ["fn.py", "lib/util.py"]);
 }
 
 #[test]
-fn the_version_follows_content_env_and_secrets_but_not_times_or_order() {
+fn the_version_follows_content_env_secrets_and_cron_but_not_times_or_order() {
+    let with = |env: &[(String, String)], secrets: &[(String, String)]| VersionEnv {
+        env: env.to_vec(),
+        secrets: secrets.to_vec(),
+        cron: Vec::new(),
+    };
     let a = Bundle::from_dir(folder(&[("fn.py", "a"), ("b.txt", "b")]).path()).unwrap();
     let b = Bundle::from_dir(folder(&[("b.txt", "b"), ("fn.py", "a")]).path()).unwrap();
-    let v = a.version(&[], &[]);
+    let v = a.version(&with(&[], &[]));
     assert_eq!(v.len(), 12);
-    assert_eq!(v, b.version(&[], &[]));
+    assert_eq!(v, b.version(&with(&[], &[])));
     let changed = Bundle::from_dir(folder(&[("fn.py", "A"), ("b.txt", "b")]).path()).unwrap();
-    assert_ne!(v, changed.version(&[], &[]));
+    assert_ne!(v, changed.version(&with(&[], &[])));
     let env = [("K".to_owned(), "1".to_owned())];
-    assert_ne!(v, a.version(&env, &[]));
+    assert_ne!(v, a.version(&with(&env, &[])));
     let s1 = [("K".to_owned(), "one".to_owned())];
     let s2 = [("K".to_owned(), "two".to_owned())];
-    assert_ne!(a.version(&[], &s1), a.version(&[], &s2));
+    assert_ne!(a.version(&with(&[], &s1)), a.version(&with(&[], &s2)));
     // A secret's value never appears in what is hashed in the clear.
-    assert_ne!(a.version(&[], &s1), a.version(&s1, &[]));
+    assert_ne!(a.version(&with(&[], &s1)), a.version(&with(&s1, &[])));
+    let cron = VersionEnv {
+        cron: vec!["*/5 * * * *".into()],
+        ..VersionEnv::default()
+    };
+    assert_ne!(v, a.version(&cron));
 }
 
 #[test]

@@ -42,6 +42,8 @@ pub struct DeployRequest {
     pub secrets: Vec<(String, String)>,
     /// `--percent`: a rollout to this share of callers instead of a switch.
     pub percent: Option<u8>,
+    /// `--cron` schedules, each a cron expression ([`crate::cron`]).
+    pub cron: Vec<String>,
 }
 
 /// A function as `GET /admin/functions` shows it (secret values never appear).
@@ -59,6 +61,8 @@ pub struct FunctionStatus {
     pub env: Vec<(String, String)>,
     /// The names of the live version's secrets.
     pub secrets: Vec<String>,
+    /// The live version's cron schedules.
+    pub cron: Vec<String>,
 }
 
 /// Where a node's deploys go: its embedded runtime, and the remote backends that have
@@ -162,6 +166,9 @@ impl Deployer {
         for (k, v) in req.env.iter().chain(&req.secrets) {
             check_env(k, v)?;
         }
+        for expr in &req.cron {
+            crate::cron::parse(expr).map_err(|e| bad_request("bad_cron", e))?;
+        }
         if req.percent.is_some_and(|p| !(1..=100).contains(&p)) {
             return Err(bad_request(
                 "bad_percent",
@@ -177,11 +184,12 @@ impl Deployer {
         }
         let bundle = Bundle::unpack(&req.bundle, self.settings.max_bundle_bytes)
             .map_err(|e| bad_request("bad_bundle", e.to_string()))?;
-        let id = bundle.version(&req.env, &req.secrets);
         let env = VersionEnv {
             env: req.env,
             secrets: req.secrets,
+            cron: req.cron,
         };
+        let id = bundle.version(&env);
         let _one = self.changes.lock().await;
         let name = &req.name;
         let fresh = !self.store.has_version(name, &id);
@@ -371,7 +379,25 @@ impl Deployer {
             versions: state.versions,
             env: env.env,
             secrets: env.secrets.into_iter().map(|(k, _)| k).collect(),
+            cron: env.cron,
         }
+    }
+
+    /// Each deployed function's live cron schedules (read from the state folder, so a switch
+    /// by any path, deploy, rollback, removal or the fleet's sync, counts at once). A
+    /// function in a percentage rollout keeps its live version's schedules.
+    pub fn schedules(&self) -> Vec<(String, Vec<String>)> {
+        let Ok(names) = self.store.names() else {
+            return Vec::new();
+        };
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let live = self.store.state(&name).ok()?.live?;
+                let cron = self.store.version_env(&name, &live).ok()?.cron;
+                (!cron.is_empty()).then_some((name, cron))
+            })
+            .collect()
     }
 
     /// Installs version `id` on every remote backend that takes deploys, in turn; the first

@@ -54,6 +54,10 @@ pub struct VersionEnv {
     pub env: Vec<(String, String)>,
     /// `--secret` entries (values in the clear: the function's processes need them).
     pub secrets: Vec<(String, String)>,
+    /// `--cron` schedules ([`crate::cron`]): kept with the version, so a rollback brings back
+    /// the schedules it had.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cron: Vec<String>,
 }
 
 /// The deployed functions under one state folder.

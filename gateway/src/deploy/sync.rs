@@ -22,7 +22,7 @@ use geofaas_config::headers::OFFLOAD;
 use geofaas_fleet::{DesiredFunction, DesiredFunctions, DesiredRollout, Fleet};
 use geofaas_functions::local;
 
-use super::admin::{entries, ENV_HEADER, SECRET_HEADER};
+use super::admin::{entries, schedules, CRON_HEADER, ENV_HEADER, SECRET_HEADER};
 use super::bundle::Bundle;
 use super::checks::{bad_request, check_name, disk_error, now_s, reason_of};
 use super::store::{self, Rollout, VersionEnv, VersionInfo};
@@ -110,6 +110,11 @@ pub async fn serve_version(
                 value.set_sensitive(name == SECRET_HEADER);
                 h.append(name, value);
             }
+        }
+    }
+    for expr in &env.cron {
+        if let Ok(value) = HeaderValue::from_str(expr) {
+            h.append(CRON_HEADER, value);
         }
     }
     Ok(resp)
@@ -242,6 +247,7 @@ async fn fetch(
         let env = VersionEnv {
             env: entries(resp.headers(), ENV_HEADER).map_err(|e| e.message)?,
             secrets: entries(resp.headers(), SECRET_HEADER).map_err(|e| e.message)?,
+            cron: schedules(resp.headers()).map_err(|e| e.message)?,
         };
         let body = resp.bytes().await.map_err(|e| format!("{source}: {e}"))?;
         deployer
@@ -315,7 +321,7 @@ impl super::Deployer {
         check_name(name)?;
         let bundle = Bundle::unpack(gzip, self.settings.max_bundle_bytes)
             .map_err(|e| bad_request("bad_bundle", e.to_string()))?;
-        let actual = bundle.version(&env.env, &env.secrets);
+        let actual = bundle.version(&env);
         if actual != id {
             return Err(bad_request(
                 "version_mismatch",
