@@ -14,8 +14,8 @@ use geofaas_config::Topology;
 use serde_json::Value;
 
 use geofaas_gateway::deploy::admin::{CRON_HEADER, ENV_HEADER, SECRET_HEADER};
-use geofaas_gateway::deploy::store::VersionEnv;
 use geofaas_gateway::deploy::bundle::Bundle;
+use geofaas_gateway::deploy::store::VersionEnv;
 
 /// Environment variable holding the admin key sent as a bearer token.
 pub const ADMIN_KEY_ENV: &str = "GEOFAAS_ADMIN_KEY";

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, SubsecRound as _, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use geofaas_config::headers::{TICK, TRIGGER};
@@ -73,7 +73,21 @@ pub fn parse(expr: &str) -> Result<Cron, String> {
 /// A schedule's short stable id: the first 8 bytes of its expression's SHA-256, in hex.
 pub fn schedule_id(expr: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, expr.trim().as_bytes());
-    digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The ticks of `cron` after `after`, on whole seconds: a tick must have one time on every
+/// node, and croner keeps the start's fraction of a second. (Its own iterator skips every
+/// other tick of `* * * * * *` in 3.0.1, so this steps with `find_next_occurrence`.)
+fn ticks_after(cron: &Cron, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+    let mut at = after.trunc_subsecs(0);
+    std::iter::from_fn(move || {
+        at = cron.find_next_occurrence(&at, false).ok()?;
+        Some(at)
+    })
 }
 
 /// Where the nodes agree which of them runs a tick.
@@ -214,14 +228,19 @@ pub async fn run(live: Arc<Live>) {
                         now,
                     ));
                     tracing::info!(function = %function, schedule = %expr, "watching a cron schedule");
-                    watched.insert(key.clone(), Watched { cron, id, after: now });
+                    watched.insert(
+                        key.clone(),
+                        Watched {
+                            cron,
+                            id,
+                            after: now,
+                        },
+                    );
                 }
                 let Some(w) = watched.get_mut(&key) else {
                     continue;
                 };
-                let due: Vec<DateTime<Utc>> = w
-                    .cron
-                    .iter_after(w.after)
+                let due: Vec<DateTime<Utc>> = ticks_after(&w.cron, w.after)
                     .take_while(|t| *t <= now)
                     .take(MAX_DUE + 1)
                     .collect();
@@ -243,7 +262,7 @@ pub async fn run(live: Arc<Live>) {
         watched.retain(|key, _| seen.contains(key));
         let next = watched
             .values()
-            .filter_map(|w| w.cron.find_next_occurrence(&now, false).ok())
+            .filter_map(|w| ticks_after(&w.cron, now).next())
             .min();
         let wait = next
             .and_then(|n| (n - Utc::now()).to_std().ok())
@@ -277,8 +296,7 @@ async fn count_missed(
     };
     // A tick of the last second may be another node's claim still on its way.
     let until = now - chrono::Duration::seconds(1);
-    let missed = cron
-        .iter_after(from)
+    let missed = ticks_after(&cron, from)
         .take_while(|t| *t < until)
         .take(MAX_MISSED)
         .count();
@@ -399,12 +417,23 @@ mod tests {
     }
 
     fn next_after(expr: &str, from: &str, n: usize) -> Vec<String> {
-        parse(expr)
-            .unwrap()
-            .iter_after(at(from))
+        ticks_after(&parse(expr).unwrap(), at(from))
             .take(n)
-            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+            .map(|t| t.replace(".000Z", "Z"))
             .collect()
+    }
+
+    #[test]
+    fn ticks_fall_on_whole_seconds_whenever_the_watcher_looks() {
+        assert_eq!(
+            next_after("* * * * * *", "2026-12-06T13:02:03.287Z", 2),
+            ["2026-12-06T13:02:04Z", "2026-12-06T13:02:05Z"]
+        );
+        assert_eq!(
+            next_after("*/5 * * * *", "2026-12-06T13:04:59.999Z", 1),
+            ["2026-12-06T13:05:00Z"]
+        );
     }
 
     #[test]
@@ -508,10 +537,16 @@ mod tests {
                     })
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
         });
         let distinct: HashSet<u64> = won.iter().copied().collect();
         assert_eq!(distinct.len(), won.len(), "a tick won twice: {won:?}");
-        assert!(distinct.contains(&1049), "the last tick is always won by someone");
+        assert!(
+            distinct.contains(&1049),
+            "the last tick is always won by someone"
+        );
     }
 }

@@ -398,7 +398,11 @@ impl NodeState {
 
     /// Where this node claims cron ticks without a registry: the shared folder, else its own.
     pub fn claims_dir(&self) -> Option<std::path::PathBuf> {
-        let dir = self.opts.shared_dir.as_ref().or(self.opts.state_dir.as_ref())?;
+        let dir = self
+            .opts
+            .shared_dir
+            .as_ref()
+            .or(self.opts.state_dir.as_ref())?;
         Some(dir.join("cron"))
     }
 

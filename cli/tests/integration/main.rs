@@ -6,6 +6,7 @@ mod backends;
 mod chaos;
 mod cloud_only;
 mod cluster;
+mod cron;
 mod dashboards;
 mod deploy;
 mod dns_reload;

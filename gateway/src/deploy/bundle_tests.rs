@@ -41,7 +41,10 @@ fn a_packed_folder_unpacks_to_the_same_files_and_version() {
     let bundle = Bundle::from_dir(dir.path()).unwrap();
     let again = Bundle::unpack(&bundle.pack().unwrap(), LIMIT).unwrap();
     assert_eq!(again, bundle);
-    assert_eq!(again.version(&VersionEnv::default()), bundle.version(&VersionEnv::default()));
+    assert_eq!(
+        again.version(&VersionEnv::default()),
+        bundle.version(&VersionEnv::default())
+    );
     let names: Vec<&str> = again.files().keys().map(String::as_str).collect();
     assert_eq!(names, ["fn.py", "lib/util.py"]);
 }
