@@ -131,6 +131,14 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let queue = match &topology.queue {
+        Some(q) => Some(
+            geofaas_gateway::activations::queue::Queue::connect(q, &topology.activations, &node.id)
+                .await
+                .with_context(|| format!("{}: [queue]", topology.source))?,
+        ),
+        None => None,
+    };
     let opts = NodeOptions {
         offload_secret: secret.map(String::into_bytes),
         ca_pem: Some(tls.ca_pem.clone().into_bytes()),
@@ -140,6 +148,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         fleet,
         state_dir: Some(crate::up::node_state_dir(&args.state_dir, &node.id)),
         shared_dir: Some(args.state_dir.clone()),
+        queue,
     };
     let listener = tokio::net::TcpListener::bind(node.listen)
         .await

@@ -84,6 +84,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         fleet: None,
         state_dir: None,
         shared_dir: None,
+        // `up` keeps each node's accepted calls in its journal; `[queue]` is for fleets of
+        // `geofaas node`s.
+        queue: None,
     };
     let mut nodes = Vec::new();
     for node in &topology.nodes {

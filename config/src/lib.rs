@@ -18,6 +18,7 @@ pub mod geohash;
 pub mod headers;
 pub mod location;
 pub mod prewarm;
+pub mod queue;
 pub mod registry;
 pub mod security;
 mod service_map;
@@ -35,6 +36,7 @@ pub use function::FunctionConfig;
 pub use geohash::{Geohash, GeohashError};
 pub use location::{GeoLocator, LatLon, LocationError};
 pub use prewarm::PrewarmSettings;
+pub use queue::QueueSettings;
 pub use security::{ApiKeyConfig, AuthSettings, LimitSettings};
 pub use service_map::{NodeEntry, ServiceMap};
 pub use topology::{

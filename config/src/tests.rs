@@ -350,6 +350,68 @@ fn readme_backend_snippets_parse() {
 }
 
 #[test]
+fn queue_section_has_defaults_and_clear_errors() {
+    let t = Topology::parse(
+        &berlin_with(
+            "[dns]",
+            "[queue]\nnats = [\"nats://127.0.0.1:4222\"]\n\n[dns]",
+        ),
+        "fleet.toml",
+        Path::new("examples"),
+    )
+    .unwrap();
+    let q = t.queue.expect("queue section");
+    assert_eq!(q.stream, "GEOFAAS_CALLS");
+    assert_eq!(q.answers, "GEOFAAS_ACTIVATIONS");
+    assert_eq!(q.ack_wait_s, 30);
+    assert_eq!(q.max_in_flight, 256);
+    assert!(berlin().queue.is_none(), "no section, no queue");
+    for (section, field, words) in [
+        ("nats = []", "queue.nats", "at least one"),
+        ("nats = [\"http://a:4222\"]", "queue.nats", "nats://"),
+        (
+            "nats = [\"nats://a:1\"]\nstream = \"a.b\"",
+            "queue.stream",
+            "stream name",
+        ),
+        (
+            "nats = [\"nats://a:1\"]\nanswers = \"GEOFAAS_CALLS\"",
+            "queue.answers",
+            "differ",
+        ),
+        (
+            "nats = [\"nats://a:1\"]\nack_wait_s = 0",
+            "queue.ack_wait_s",
+            "1 to 3600",
+        ),
+        (
+            "nats = [\"nats://a:1\"]\nreplicas = 2",
+            "queue.replicas",
+            "1, 3 or 5",
+        ),
+        (
+            "nats = [\"nats://a:1\"]\nmax_in_flight = 0",
+            "queue.max_in_flight",
+            "1 to 10000",
+        ),
+        (
+            "nats = [\"nats://a:1\"]\nsubject = \"x\"",
+            "",
+            "unknown field",
+        ),
+    ] {
+        let err = invalid(&berlin_with(
+            "[dns]",
+            &format!("[queue]\n{section}\n\n[dns]"),
+        ));
+        if !field.is_empty() {
+            assert_eq!(err.field(), Some(field), "{err}");
+        }
+        assert!(err.to_string().contains(words), "{err}");
+    }
+}
+
+#[test]
 fn registry_section_has_defaults_and_clear_errors() {
     let t = Topology::parse(
         &berlin_with(

@@ -61,6 +61,10 @@ pub struct Topology {
     /// Default none.
     #[serde(default)]
     pub registry: Option<crate::RegistrySettings>,
+    /// The NATS JetStream queue of a fleet's asynchronous calls (`[queue]`); without it each
+    /// node keeps its accepted calls in its own journal. Default none.
+    #[serde(default)]
+    pub queue: Option<crate::QueueSettings>,
     /// The nodes: edges and exactly one cloud.
     #[serde(rename = "node", default)]
     pub nodes: Vec<NodeConfig>,
@@ -461,6 +465,7 @@ impl Topology {
             .and_then(|()| self.prewarm.check())
             .and_then(|()| self.activations.check())
             .and_then(|()| self.registry.as_ref().map_or(Ok(()), |r| r.check()))
+            .and_then(|()| self.queue.as_ref().map_or(Ok(()), |q| q.check()))
             .map_err(|(field, value, reason)| self.invalid(field, value, reason))?;
         self.service_map().map(|_| ())
     }

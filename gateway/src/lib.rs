@@ -125,6 +125,8 @@ pub struct NodeHandle {
     upkeep: JoinHandle<()>,
     /// Runs the cron ticks this node claims ([`cron::run`]).
     cron: JoinHandle<()>,
+    /// Runs calls from the fleet's queue ([`activations::queue::serve`]), with one.
+    queue: Option<JoinHandle<()>>,
 }
 
 impl NodeHandle {
@@ -153,6 +155,11 @@ impl NodeHandle {
         let exchange = tokio::spawn(loads::exchange(live.clone()));
         let upkeep = tokio::spawn(metrics::upkeep(live.clone()));
         let cron = tokio::spawn(cron::run(live.clone()));
+        let activations = state.kept.activations.clone();
+        let queue = activations
+            .queue()
+            .cloned()
+            .map(|q| tokio::spawn(activations::queue::serve(activations, live.clone(), q)));
         Ok(Self {
             state,
             live,
@@ -162,6 +169,7 @@ impl NodeHandle {
             exchange,
             upkeep,
             cron,
+            queue,
         })
     }
 
@@ -210,6 +218,9 @@ impl NodeHandle {
         self.exchange.abort();
         self.upkeep.abort();
         self.cron.abort();
+        if let Some(q) = &self.queue {
+            q.abort();
+        }
         self.stop.cancel();
         self.task.await??;
         Ok(())

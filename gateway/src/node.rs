@@ -43,6 +43,9 @@ pub struct NodeOptions {
     /// where they claim cron ticks when there is no registry ([`crate::cron`]). Without one a
     /// node claims them in its own state folder.
     pub shared_dir: Option<std::path::PathBuf>,
+    /// The fleet's queue (`[queue]`): accepted asynchronous calls go there, and the node runs
+    /// calls from it ([`crate::activations::queue`]).
+    pub queue: Option<Arc<crate::activations::queue::Queue>>,
 }
 
 /// Who and where this node is: its place in the topology.
@@ -378,6 +381,9 @@ impl NodeState {
                 },
             },
         };
+        if let Some(q) = &opts.queue {
+            kept.activations.use_queue(q.clone());
+        }
         Ok(Self {
             intake: Intake::new(&place.topology, id, before.map(|b| &b.intake)),
             place,

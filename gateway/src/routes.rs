@@ -520,7 +520,11 @@ async fn activation(
     let state = live.current();
     let caller = state.intake.access.caller(&headers)?;
     let admin = state.intake.access.is_open() || matches!(caller, Caller::Key(k) if k.admin);
-    state.kept.activations.get(&id, caller.key_id(), admin)
+    state
+        .kept
+        .activations
+        .get(&id, caller.key_id(), admin)
+        .await
 }
 
 /// The topology's functions with their profiles, what this node serves, and what it knows

@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod callback;
 mod journal;
+pub mod queue;
 mod saved;
 
 use std::collections::HashMap;
@@ -145,6 +146,8 @@ pub struct Activations {
     undelivered: Mutex<Vec<String>>,
     /// The client callbacks are posted with.
     callbacks: OnceLock<reqwest::Client>,
+    /// The fleet's queue (`[queue]`): accepted calls go there instead of the journal.
+    queue: OnceLock<Arc<queue::Queue>>,
 }
 
 impl std::fmt::Debug for Activations {
@@ -174,8 +177,16 @@ impl Default for Activations {
             reported: Mutex::default(),
             undelivered: Mutex::default(),
             callbacks: OnceLock::new(),
+            queue: OnceLock::new(),
         }
     }
+}
+
+/// A new activation id: 32 hex digits.
+fn new_id() -> String {
+    let mut raw = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut raw);
+    raw.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn now_ms() -> u64 {
@@ -352,6 +363,16 @@ impl Activations {
         *self.recovered.get_mut().unwrap_or_else(|e| e.into_inner()) = recovered;
     }
 
+    /// Sends accepted calls to the fleet's queue from now on (`[queue]`).
+    pub fn use_queue(&self, queue: Arc<queue::Queue>) {
+        let _ = self.queue.set(queue);
+    }
+
+    /// The fleet's queue, when the node uses one.
+    pub fn queue(&self) -> Option<&Arc<queue::Queue>> {
+        self.queue.get()
+    }
+
     /// Binds the activations to the node's live state and starts the calls read back from the
     /// journal. Called once the node serves.
     pub fn attach(self: &Arc<Self>, live: &Arc<Live>) {
@@ -406,6 +427,11 @@ impl Activations {
         if !here && !elsewhere {
             return Err(ApiError::unknown_function(&call.function));
         }
+        if let Some(queue) = self.queue.get() {
+            return self
+                .enqueue(queue, &state, call, owner, key, callback)
+                .await;
+        }
         if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return Err(ApiError::new(
@@ -415,9 +441,7 @@ impl Activations {
             )
             .retry_after(1));
         }
-        let mut raw = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut raw);
-        let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let id = new_id();
         let saved = Arc::new(SavedCall::of(&call));
         let accepted_ms = now_ms();
         if let Some(journal) = &self.journal {
@@ -461,6 +485,118 @@ impl Activations {
             }
         });
         Ok(accepted(&id, false))
+    }
+
+    /// Accepts `call` into the fleet's queue: `202` once JetStream acknowledged it; the
+    /// node's consumer (or another node's, [`queue::serve`]) runs it.
+    async fn enqueue(
+        &self,
+        queue: &queue::Queue,
+        state: &NodeState,
+        call: Call,
+        owner: Option<&str>,
+        key: Option<(String, u64)>,
+        callback: Option<String>,
+    ) -> Result<Response<Body>, ApiError> {
+        let id = new_id();
+        let accepted_ms = now_ms();
+        let record = Record::Accepted {
+            id: id.clone(),
+            accepted_ms,
+            owner: owner.map(str::to_owned),
+            key: key.clone(),
+            call: SavedCall::of(&call),
+            callback,
+        };
+        let waiting = queue::Entry::Waiting {
+            function: call.function.clone(),
+            owner: owner.map(str::to_owned),
+            accepted_ms,
+        };
+        queue.accept(&state.place.id, &id, &record, waiting).await?;
+        if let Some((key, fingerprint)) = key {
+            self.keys.insert(key, (id.clone(), fingerprint));
+        }
+        state
+            .telemetry
+            .metrics
+            .activation(&call.function, "accepted");
+        Ok(accepted(&id, false))
+    }
+
+    /// Runs accepted call `record`, delivered by the fleet's queue as `msg`: holds it while it
+    /// runs (and between its tries), writes its ending to the queue, then acknowledges it. A
+    /// node that stops first leaves it unacknowledged, so it is delivered again.
+    pub(crate) fn adopt(
+        self: &Arc<Self>,
+        record: Record,
+        msg: async_nats::jetstream::Message,
+        state: Arc<NodeState>,
+        queue: Arc<queue::Queue>,
+    ) {
+        let Record::Accepted {
+            id,
+            accepted_ms,
+            owner,
+            key,
+            call,
+            callback,
+        } = record
+        else {
+            return;
+        };
+        let Some(run) = call.to_call() else {
+            tracing::error!(
+                activation = id,
+                "queue: a call that could not be read back; dropped"
+            );
+            tokio::spawn(async move { msg.ack_with(async_nats::jetstream::AckKind::Term).await });
+            return;
+        };
+        {
+            let mut pending = lock(&self.pending);
+            if pending.contains_key(&id) {
+                // Delivered again while it still runs here: the first delivery finishes it.
+                return;
+            }
+            pending.insert(
+                id.clone(),
+                Pending {
+                    function: call.function.clone(),
+                    owner,
+                    accepted_ms,
+                    call: Arc::new(call),
+                    errors: Vec::new(),
+                    waiting: false,
+                    callback,
+                },
+            );
+        }
+        if let Some((key, fingerprint)) = key {
+            self.keys.insert(key, (id.clone(), fingerprint));
+        }
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let msg = Arc::new(msg);
+            let hold = tokio::spawn(queue::keep_alive(msg.clone(), queue.ack_wait_s()));
+            let result = attempt(&state, run).await;
+            if let Some(tries) = this.settle(&state, &id, 0, result) {
+                this.clone().drive(id.clone(), tries, state).await;
+            }
+            hold.abort();
+            let Some(f) = this.finished(&id) else {
+                // The node stopped between tries: the queue delivers the call again.
+                return;
+            };
+            if let Err(e) = queue.finish(&id, f.record(&id)).await {
+                tracing::warn!(activation = id, error = %e, "queue: the ending was not written; the call will be delivered again");
+                return;
+            }
+            if let Err(e) = msg.double_ack().await {
+                tracing::warn!(activation = id, error = %e, "queue: the call was not acknowledged; it may run again");
+            }
+        });
     }
 
     /// The node's live state (a reload may have replaced `fallback`, the state that took the
@@ -624,7 +760,8 @@ impl Activations {
     /// The answer of activation `id`: 202 while it runs, then the call's own answer (a dead
     /// letter's: its last error). `reader` is the caller's key id; `admin` callers read every
     /// activation.
-    pub fn get(
+    /// With the fleet's queue, an activation this node does not hold is read from there.
+    pub async fn get(
         &self,
         id: &str,
         reader: Option<&str>,
@@ -636,18 +773,29 @@ impl Activations {
             .get(id)
             .is_some_and(|p| visible(&p.owner));
         if running {
-            let mut resp = (
-                StatusCode::ACCEPTED,
-                Json(serde_json::json!({"activationId": id, "status": "running"})),
-            )
-                .into_response();
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return Ok(resp);
+            return Ok(still_running(id));
         }
-        match self.finished(id).filter(|f| visible(&f.owner)) {
-            Some(f) => Ok(f.answer.response(false)),
-            None => Err(self.unknown(id)),
+        if let Some(f) = self.finished(id).filter(|f| visible(&f.owner)) {
+            return Ok(f.answer.response(false));
+        }
+        let Some(queue) = self.queue.get() else {
+            return Err(self.unknown(id));
+        };
+        match queue.entry(id).await {
+            Some(queue::Entry::Waiting { owner, .. }) if visible(&owner) => Ok(still_running(id)),
+            Some(queue::Entry::Ended {
+                record:
+                    Record::Finished {
+                        owner,
+                        answer,
+                        keep_until_ms,
+                        ..
+                    },
+            }) if visible(&owner) && keep_until_ms > now_ms() => answer
+                .to_stored()
+                .map(|a| a.response(false))
+                .ok_or_else(|| self.unknown(id)),
+            _ => Err(self.unknown(id)),
         }
     }
 
@@ -775,6 +923,39 @@ impl Activations {
         for (function, (waiting, running, oldest)) in per {
             metrics.activations_now(function, waiting, running, Duration::from_millis(oldest));
             reported.push(function.to_owned());
+        }
+    }
+}
+
+/// The `202` of an activation that has not ended.
+fn still_running(id: &str) -> Response<Body> {
+    let mut resp = (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"activationId": id, "status": "running"})),
+    )
+        .into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+impl Finished {
+    /// The journal's (and the queue's) record of this ending.
+    fn record(&self, id: &str) -> Record {
+        Record::Finished {
+            id: id.to_owned(),
+            function: self.function.clone(),
+            owner: self.owner.clone(),
+            accepted_ms: self.accepted_ms,
+            finished_ms: self.finished_ms,
+            keep_until_ms: self
+                .keep_until
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            answer: SavedAnswer::of(&self.answer),
+            attempts: self.errors.clone(),
+            call: self.dead.as_ref().map(|c| (**c).clone()),
+            callback: self.callback.clone(),
         }
     }
 }

@@ -191,6 +191,22 @@ impl SavedAnswer {
         }
     }
 
+    /// The `502` kept in the fleet's queue for an answer over its largest message.
+    pub(crate) fn too_large(max: usize) -> Self {
+        let body = serde_json::json!({"error": {
+            "code": "answer_too_large_for_queue",
+            "message": format!("the answer was over the fleet queue's largest message ({max} bytes); only the node that ran the call keeps it"),
+        }});
+        Self {
+            status: 502,
+            headers: vec![(
+                "content-type".to_owned(),
+                Blob::Text("application/json".to_owned()),
+            )],
+            body: Blob::Text(body.to_string()),
+        }
+    }
+
     pub(crate) fn to_stored(&self) -> Option<Stored> {
         Some(Stored {
             status: StatusCode::from_u16(self.status).ok()?,

@@ -1,0 +1,195 @@
+//! A fleet of real `geofaas node` processes on loopback for the tests that kill and restart
+//! nodes (cron, queue): one topology file with `[tls]`, the caller's extra sections and the
+//! given nodes (each with a local backend over one functions folder), every node a child
+//! process run from the temporary folder with its own log, all sharing one `--state-dir`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use geofaas_gateway::TlsMaterial;
+
+use crate::deploy::BIN;
+
+/// A node: id, role, latitude, longitude; an edge's area is a 15 km circle around it.
+pub type NodeSpec = (&'static str, &'static str, f64, f64);
+
+pub struct Fleet {
+    pub dir: tempfile::TempDir,
+    children: HashMap<&'static str, Child>,
+    pub ports: HashMap<&'static str, u16>,
+    pub client: reqwest::Client,
+    config: PathBuf,
+    rust_log: String,
+}
+
+impl Fleet {
+    /// Writes `NAME.toml` (zone `NAME.test.`, `extra` before the nodes, every backend serving
+    /// `functions`, an empty folder when `None`) and starts every node.
+    pub fn start(
+        name: &str,
+        nodes: &[NodeSpec],
+        extra: &str,
+        functions: Option<&Path>,
+        rust_log: &str,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = TlsMaterial::generate(&["127.0.0.1".to_owned()]).unwrap();
+        tls.write_to(dir.path()).unwrap();
+        let functions = match functions {
+            Some(f) => f.to_owned(),
+            None => {
+                let empty = dir.path().join("functions");
+                std::fs::create_dir(&empty).unwrap();
+                empty
+            }
+        };
+        let d = dir.path().display();
+        let mut text = format!(
+            "zone = \"{name}.test.\"\n[tls]\ncert = \"{d}/node.pem\"\nkey = \"{d}/node-key.pem\"\nca = \"{d}/ca.pem\"\n{extra}\n"
+        );
+        let mut ports = HashMap::new();
+        for &(id, role, lat, lon) in nodes {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            ports.insert(id, port);
+            let area = if role == "cloud" {
+                "area = \"world\"".to_owned()
+            } else {
+                format!(
+                    "area.circle = {{ center = {{ lat = {lat}, lon = {lon} }}, radius_km = 15 }}"
+                )
+            };
+            text.push_str(&format!(
+                "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = {lat}, lon = {lon} }}\n{area}\n\
+                 public_url = \"https://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\n\
+                 [[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
+                functions.display()
+            ));
+        }
+        let config = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, text).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap())
+            .build()
+            .unwrap();
+        let mut fleet = Self {
+            dir,
+            children: HashMap::new(),
+            ports,
+            client,
+            config,
+            rust_log: rust_log.to_owned(),
+        };
+        for &(id, ..) in nodes {
+            fleet.spawn(id);
+        }
+        fleet
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    /// `https://127.0.0.1:PORT{path}` of node `id`.
+    pub fn url(&self, id: &str, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.ports[id])
+    }
+
+    pub fn spawn(&mut self, id: &'static str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path(&format!("{id}.log")))
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(["node", "--node", id, "--config"])
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .env("RUST_LOG", &self.rust_log)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.insert(id, child);
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self, id: &str) {
+        let mut child = self.children.remove(id).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub fn log(&self, id: &str) -> String {
+        std::fs::read_to_string(self.path(&format!("{id}.log"))).unwrap_or_default()
+    }
+
+    pub async fn wait_ready(&self, id: &str) {
+        let url = self.url(id, "/readyz");
+        for _ in 0..600 {
+            if self
+                .client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{id} never became ready:\n{}", self.log(id));
+    }
+
+    /// `geofaas ARGS --config NAME.toml`, from the temp folder.
+    pub fn geofaas(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap()
+    }
+
+    /// `curl ARGS` trusting the fleet's CA, from the temp folder: (status, body).
+    pub fn curl(&self, args: &[&str]) -> (u16, String) {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(self.path("ca.pem"))
+            .args(["-o", "-", "-w", "\n%{http_code}"])
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for child in self.children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A command's stdout and stderr.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
