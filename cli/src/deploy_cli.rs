@@ -13,7 +13,7 @@ use anyhow::Context;
 use geofaas_config::Topology;
 use serde_json::Value;
 
-use geofaas_gateway::deploy::admin::{CRON_HEADER, ENV_HEADER, SECRET_HEADER};
+use geofaas_gateway::deploy::admin::{CRON_HEADER, ENV_HEADER, ON_HEADER, SECRET_HEADER};
 use geofaas_gateway::deploy::bundle::Bundle;
 use geofaas_gateway::deploy::store::VersionEnv;
 
@@ -66,6 +66,12 @@ pub struct DeployArgs {
     /// or `@hourly`, `@daily`, .... Each tick runs once across the fleet; see docs/events.md.
     #[arg(long = "cron", value_name = "EXPR")]
     pub cron: Vec<String>,
+    /// Call the function with each message published on this NATS subject (repeat for more):
+    /// `nats:SUBJECT`, wildcards `*` and `>` allowed. Needs the fleet's queue (`[queue]`);
+    /// each message runs at least once, with the retries of an asynchronous call; see
+    /// docs/events.md.
+    #[arg(long = "on", value_name = "nats:SUBJECT")]
+    pub on: Vec<String>,
     /// Which nodes.
     #[command(flatten)]
     pub target: Target,
@@ -306,6 +312,7 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
         env: env.clone(),
         secrets: secrets.clone(),
         cron: args.cron.iter().map(|c| c.trim().to_owned()).collect(),
+        on: args.on.iter().map(|c| c.trim().to_owned()).collect(),
     });
     let packed = bundle.pack()?;
     let nodes = Nodes::resolve(&args.target).await?;
@@ -334,6 +341,9 @@ pub async fn deploy(args: DeployArgs) -> anyhow::Result<()> {
             }
             for expr in &args.cron {
                 req = req.header(CRON_HEADER, expr.trim());
+            }
+            for spec in &args.on {
+                req = req.header(ON_HEADER, spec.trim());
             }
             req
         })
@@ -447,7 +457,7 @@ fn report(
 fn ls_table(results: &[(Node, Result<Value, String>)]) -> String {
     let mut out = format!(
         "{:<20} {:<12} {:<13} {:<20} {:<27} {}\n",
-        "FUNCTION", "NODE", "LIVE", "ROLLOUT", "PREVIOUS", "CRON"
+        "FUNCTION", "NODE", "LIVE", "ROLLOUT", "PREVIOUS", "TRIGGERS"
     );
     let mut rows = Vec::new();
     for (node, result) in results {
@@ -480,10 +490,9 @@ fn ls_table(results: &[(Node, Result<Value, String>)]) -> String {
             } else {
                 previous.join(" ")
             };
-            let cron: Vec<&str> = f["cron"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let cron: Vec<&str> = ["cron", "on"]
+                .iter()
+                .flat_map(|k| f[k].as_array().into_iter().flatten())
                 .filter_map(Value::as_str)
                 .collect();
             let cron = if cron.is_empty() {

@@ -41,6 +41,8 @@ pub const TRIGGER: &str = "x-geofaas-trigger";
 /// Request header on a cron trigger's call: the tick's id, `{function}/{schedule}/{time}`, one
 /// per tick across the fleet.
 pub const TICK: &str = "x-geofaas-tick";
+/// Request header on a queue trigger's call: the NATS subject the message was published on.
+pub const SUBJECT: &str = "x-geofaas-subject";
 
 /// Function request: the id of the node that serves the call.
 pub const GEO_NODE: &str = "x-geo-node";

@@ -361,7 +361,6 @@ fn tick_call(
     tick_id: &str,
     tick: DateTime<Utc>,
 ) -> Call {
-    let request_id = crate::headers::request_id(None);
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
@@ -377,6 +376,18 @@ fn tick_call(
         "tick": tick_id,
         "scheduled_at": tick.to_rfc3339_opts(SecondsFormat::Secs, true),
     });
+    platform_call(state, function, headers, Bytes::from(body.to_string()))
+}
+
+/// A call the platform makes of `function` (a trigger's): `POST /fn/{function}` from this
+/// node, without a client.
+pub(crate) fn platform_call(
+    state: &NodeState,
+    function: &str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Call {
+    let request_id = crate::headers::request_id(None);
     let path_and_query = format!("/fn/{function}");
     let origin = state
         .place
@@ -397,7 +408,7 @@ fn tick_call(
         path_and_query,
         headers,
         context: crate::geo::context(crate::routes::here(&state.place), None, &request_id),
-        body: Bytes::from(body.to_string()),
+        body,
         location: None,
         received: Instant::now(),
         route_time: Duration::ZERO,

@@ -45,6 +45,7 @@ pub mod schedule;
 pub mod server;
 pub mod stream;
 pub mod tls;
+pub mod triggers;
 pub mod ui;
 
 use std::future::Future;
@@ -125,8 +126,9 @@ pub struct NodeHandle {
     upkeep: JoinHandle<()>,
     /// Runs the cron ticks this node claims ([`cron::run`]).
     cron: JoinHandle<()>,
-    /// Runs calls from the fleet's queue ([`activations::queue::serve`]), with one.
-    queue: Option<JoinHandle<()>>,
+    /// Runs calls from the fleet's queue ([`activations::queue::serve`]) and turns queue
+    /// triggers' messages into calls ([`triggers::run`]), with a queue.
+    queue: Option<(JoinHandle<()>, JoinHandle<()>)>,
 }
 
 impl NodeHandle {
@@ -156,10 +158,12 @@ impl NodeHandle {
         let upkeep = tokio::spawn(metrics::upkeep(live.clone()));
         let cron = tokio::spawn(cron::run(live.clone()));
         let activations = state.kept.activations.clone();
-        let queue = activations
-            .queue()
-            .cloned()
-            .map(|q| tokio::spawn(activations::queue::serve(activations, live.clone(), q)));
+        let queue = activations.queue().cloned().map(|q| {
+            (
+                tokio::spawn(activations::queue::serve(activations, live.clone(), q)),
+                tokio::spawn(triggers::run(live.clone())),
+            )
+        });
         Ok(Self {
             state,
             live,
@@ -218,8 +222,9 @@ impl NodeHandle {
         self.exchange.abort();
         self.upkeep.abort();
         self.cron.abort();
-        if let Some(q) = &self.queue {
-            q.abort();
+        if let Some((calls, triggers)) = &self.queue {
+            calls.abort();
+            triggers.abort();
         }
         self.stop.cancel();
         self.task.await??;

@@ -400,6 +400,7 @@ fn function_headers(sent: &HeaderMap, signed: bool) -> HeaderMap {
     if !signed {
         out.remove(geofaas_config::headers::TRIGGER);
         out.remove(geofaas_config::headers::TICK);
+        out.remove(geofaas_config::headers::SUBJECT);
     }
     out
 }

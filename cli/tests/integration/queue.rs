@@ -200,3 +200,144 @@ async fn calls_accepted_at_a_node_killed_mid_batch_run_elsewhere_and_are_read_an
     }
     drop(etcd);
 }
+
+/// Appends each call's body, its CloudEvent type and trigger headers and the node to `$OUT`.
+const RECORDER: &str = r#"import os
+
+def fn(body, headers):
+    h = {k.lower(): v for k, v in headers.items()}
+    if isinstance(body, bytes):
+        body = body.decode()
+    with open(os.environ["OUT"], "a") as f:
+        f.write("%s|%s|%s|%s|%s\n" % (body, h.get("ce-type", "-"), h.get("x-geofaas-trigger"), h.get("x-geofaas-subject"), h.get("x-geo-node")))
+    return "ok"
+"#;
+
+/// `--on nats:SUBJECT` on three nodes: every message published on the subject runs once, on
+/// one of them, with the trigger headers; a structured CloudEvent arrives in binary mode; a
+/// trigger that is not `nats:` is refused at deploy, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_message_on_a_subject_is_one_call_of_the_function() {
+    let etcd = EtcdServer::start().await.unwrap();
+    let nats = NatsServer::start().await.unwrap();
+    let extra = format!(
+        "[registry]\netcd = [\"{}\"]\nlease_ttl_s = 3\n[queue]\nnats = [\"{}\"]\nack_wait_s = {ACK_WAIT_S}\n",
+        etcd.url(),
+        nats.url()
+    );
+    let fleet = Fleet::start("chile", &NODES, &extra, None, "warn");
+    for (id, ..) in NODES {
+        fleet.wait_ready(id).await;
+    }
+    let dir = fleet.path("recorder");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fn.py"), RECORDER).unwrap();
+    let dir = dir.to_str().unwrap();
+
+    let bad = fleet.geofaas(&["deploy", dir, "--on", "mqtt:sensors"]);
+    let said = crate::processes::text(&bad);
+    assert!(!bad.status.success(), "{said}");
+    assert!(said.contains("mqtt:sensors"), "{said}");
+
+    let out = fleet.path("calls.txt");
+    let env = format!("OUT={}", out.display());
+    let subject = "sensors.chile.temp";
+    let on = format!("nats:{subject}");
+    let deployed = fleet.geofaas(&["deploy", dir, "--on", &on, "--env", &env]);
+    assert!(
+        deployed.status.success(),
+        "{}",
+        crate::processes::text(&deployed)
+    );
+    let ls = fleet.geofaas(&["functions", "ls"]);
+    let listed = crate::processes::text(&ls);
+    let rows: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.starts_with("recorder"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{listed}");
+    assert!(rows.iter().all(|r| r.ends_with(&on)), "{listed}");
+
+    // Publish once the function's consumer exists (a message before it has no taker).
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let started = Instant::now();
+    loop {
+        let stream = match js.stream_by_subject(subject).await {
+            Ok(name) => js.get_stream(name).await.ok(),
+            Err(_) => None,
+        };
+        if let Some(stream) = stream {
+            let consumer = stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>("fn-recorder")
+                .await;
+            if consumer.is_ok() {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no node subscribed in 30 s:\n{}",
+            fleet.log("santiago")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    const MESSAGES: usize = 40;
+    for n in 0..MESSAGES {
+        js.publish(subject, format!("reading-{n}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("content-type", "application/cloudevents+json");
+    let event = r#"{"specversion":"1.0","type":"cl.sensor.alarm","source":"/valparaiso","id":"e-1","data":"event-1"}"#;
+    js.publish_with_headers(subject, h, event.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    while read().lines().count() < MESSAGES + 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} of {} messages ran in 60 s:\n{}\n{}",
+            read().lines().count(),
+            MESSAGES + 1,
+            fleet.log("santiago"),
+            fleet.log("sao-paulo")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lines = read();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut by_node: HashMap<&str, usize> = HashMap::new();
+    for l in lines.lines() {
+        let f: Vec<&str> = l.split('|').collect();
+        assert_eq!(f.len(), 5, "{l}");
+        assert_eq!((f[2], f[3]), ("nats", subject), "{l}");
+        *seen.entry(f[0]).or_default() += 1;
+        *by_node.entry(f[4]).or_default() += 1;
+        if f[0] == "event-1" {
+            assert_eq!(f[1], "cl.sensor.alarm", "binary mode: {l}");
+        }
+    }
+    eprintln!(
+        "{} messages, {} calls, by node {by_node:?}",
+        MESSAGES + 1,
+        lines.lines().count()
+    );
+    for n in 0..MESSAGES {
+        assert_eq!(
+            seen.get(format!("reading-{n}").as_str()),
+            Some(&1),
+            "reading-{n}:\n{lines}"
+        );
+    }
+    assert_eq!(seen.get("event-1"), Some(&1), "{lines}");
+    drop((etcd, nats));
+}

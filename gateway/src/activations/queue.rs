@@ -450,8 +450,23 @@ pub(super) async fn keep_alive(msg: Arc<jetstream::Message>, ack_wait_s: u64) {
 
 impl Queue {
     /// Seconds a node may hold a call.
-    pub(super) fn ack_wait_s(&self) -> u64 {
+    pub(crate) fn ack_wait_s(&self) -> u64 {
         self.settings.ack_wait_s
+    }
+
+    /// The JetStream context (queue triggers make their streams with it).
+    pub(crate) fn context(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// The calls stream's name, the prefix of the triggers' streams.
+    pub(crate) fn stream(&self) -> &str {
+        &self.settings.stream
+    }
+
+    /// Copies JetStream keeps of each stream.
+    pub(crate) fn replicas(&self) -> usize {
+        self.settings.replicas
     }
 }
 

@@ -206,7 +206,7 @@ async fn replay_runs_the_unfinished_and_keeps_answers_and_dead_letters() {
         .map(|(id, _)| id.clone())
         .collect();
     assert_eq!(recovered, ["pending"]);
-    let done = a.get("done", None, true).unwrap();
+    let done = a.get("done", None, true).await.unwrap();
     assert_eq!(done.status(), StatusCode::CREATED);
     assert_eq!(done.headers()["set-cookie"], "a=1");
     let failed = a.list(true);
@@ -214,13 +214,19 @@ async fn replay_runs_the_unfinished_and_keeps_answers_and_dead_letters() {
     assert_eq!(failed[0]["id"], "dead");
     assert_eq!(failed[0]["status"], "failed");
     assert_eq!(a.show("dead").unwrap()["attempts"][0]["code"], "overloaded");
-    assert_eq!(a.get("expired", None, true).unwrap_err().status, 404);
+    assert_eq!(a.get("expired", None, true).await.unwrap_err().status, 404);
     // The pending call's owner still hides it from other keys.
     assert_eq!(
-        a.get("pending", Some("web"), false).unwrap_err().status,
+        a.get("pending", Some("web"), false)
+            .await
+            .unwrap_err()
+            .status,
         404
     );
-    assert_eq!(a.get("pending", Some("app"), false).unwrap().status(), 202);
+    assert_eq!(
+        a.get("pending", Some("app"), false).await.unwrap().status(),
+        202
+    );
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub const ENV_HEADER: &str = "x-function-env";
 pub const SECRET_HEADER: &str = "x-function-secret";
 /// Request header: one `--cron` schedule.
 pub const CRON_HEADER: &str = "x-function-cron";
+/// Request header: one `--on` queue trigger, `nats:SUBJECT`.
+pub const ON_HEADER: &str = "x-function-on";
 
 /// The admin routes of deployed functions.
 pub fn routes() -> Router<Arc<Live>> {
@@ -102,7 +104,15 @@ async fn deploy(
         secrets: entries(&headers, SECRET_HEADER)?,
         percent: query.percent,
         cron: schedules(&headers)?,
+        on: triggers(&headers)?,
     };
+    if !req.on.is_empty() && state.kept.activations.queue().is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "no_queue",
+            "queue triggers (--on) need the fleet's queue: add a [queue] section naming the NATS servers to the topology",
+        ));
+    }
     let (version, status) = deployer.deploy(&runtime, req).await?;
     let registry = super::sync::publish(&state, &status).await;
     Ok(Json(json!({
@@ -225,13 +235,22 @@ pub(crate) fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, St
 
 /// The schedules of every `X-Function-Cron` header, one expression each (checked by the deploy).
 pub(crate) fn schedules(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+    values(headers, CRON_HEADER)
+}
+
+/// The `--on` triggers a deploy request carries.
+pub(crate) fn triggers(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+    values(headers, ON_HEADER)
+}
+
+fn values(headers: &HeaderMap, name: &'static str) -> Result<Vec<String>, ApiError> {
     headers
-        .get_all(CRON_HEADER)
+        .get_all(name)
         .iter()
         .map(|v| {
             v.to_str()
                 .map(|s| s.trim().to_owned())
-                .map_err(|_| ApiError::bad_header(CRON_HEADER, "(not text)", "not visible ASCII"))
+                .map_err(|_| ApiError::bad_header(name, "(not text)", "not visible ASCII"))
         })
         .collect()
 }

@@ -204,6 +204,9 @@ impl Bundle {
         for expr in &env.cron {
             ctx.update(format!("cron\0{expr}\0").as_bytes());
         }
+        for spec in &env.on {
+            ctx.update(format!("on\0{spec}\0").as_bytes());
+        }
         for (k, v) in &env.secrets {
             let hash = ring::digest::digest(&ring::digest::SHA256, v.as_bytes());
             ctx.update(format!("secret\0{k}\0").as_bytes());

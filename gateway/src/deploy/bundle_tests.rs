@@ -55,6 +55,7 @@ fn the_version_follows_content_env_secrets_and_cron_but_not_times_or_order() {
         env: env.to_vec(),
         secrets: secrets.to_vec(),
         cron: Vec::new(),
+        on: Vec::new(),
     };
     let a = Bundle::from_dir(folder(&[("fn.py", "a"), ("b.txt", "b")]).path()).unwrap();
     let b = Bundle::from_dir(folder(&[("b.txt", "b"), ("fn.py", "a")]).path()).unwrap();
@@ -70,6 +71,11 @@ fn the_version_follows_content_env_secrets_and_cron_but_not_times_or_order() {
     assert_ne!(a.version(&with(&[], &s1)), a.version(&with(&[], &s2)));
     // A secret's value never appears in what is hashed in the clear.
     assert_ne!(a.version(&with(&[], &s1)), a.version(&with(&s1, &[])));
+    let on = VersionEnv {
+        on: vec!["nats:orders".into()],
+        ..with(&[], &[])
+    };
+    assert_ne!(v, a.version(&on));
     let cron = VersionEnv {
         cron: vec!["*/5 * * * *".into()],
         ..VersionEnv::default()

@@ -44,6 +44,8 @@ pub struct DeployRequest {
     pub percent: Option<u8>,
     /// `--cron` schedules, each a cron expression ([`crate::cron`]).
     pub cron: Vec<String>,
+    /// `--on` queue triggers, each `nats:SUBJECT` ([`crate::triggers`]).
+    pub on: Vec<String>,
 }
 
 /// A function as `GET /admin/functions` shows it (secret values never appear).
@@ -63,6 +65,8 @@ pub struct FunctionStatus {
     pub secrets: Vec<String>,
     /// The live version's cron schedules.
     pub cron: Vec<String>,
+    /// The live version's queue triggers.
+    pub on: Vec<String>,
 }
 
 /// Where a node's deploys go: its embedded runtime, and the remote backends that have
@@ -169,6 +173,9 @@ impl Deployer {
         for expr in &req.cron {
             crate::cron::parse(expr).map_err(|e| bad_request("bad_cron", e))?;
         }
+        for spec in &req.on {
+            crate::triggers::parse(spec).map_err(|e| bad_request("bad_trigger", e))?;
+        }
         if req.percent.is_some_and(|p| !(1..=100).contains(&p)) {
             return Err(bad_request(
                 "bad_percent",
@@ -188,6 +195,7 @@ impl Deployer {
             env: req.env,
             secrets: req.secrets,
             cron: req.cron,
+            on: req.on,
         };
         let id = bundle.version(&env);
         let _one = self.changes.lock().await;
@@ -380,6 +388,7 @@ impl Deployer {
             env: env.env,
             secrets: env.secrets.into_iter().map(|(k, _)| k).collect(),
             cron: env.cron,
+            on: env.on,
         }
     }
 
@@ -396,6 +405,22 @@ impl Deployer {
                 let live = self.store.state(&name).ok()?.live?;
                 let cron = self.store.version_env(&name, &live).ok()?.cron;
                 (!cron.is_empty()).then_some((name, cron))
+            })
+            .collect()
+    }
+
+    /// Each deployed function's live queue triggers, read as [`Deployer::schedules`] reads
+    /// the schedules.
+    pub fn subscriptions(&self) -> Vec<(String, Vec<String>)> {
+        let Ok(names) = self.store.names() else {
+            return Vec::new();
+        };
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let live = self.store.state(&name).ok()?.live?;
+                let on = self.store.version_env(&name, &live).ok()?.on;
+                (!on.is_empty()).then_some((name, on))
             })
             .collect()
     }

@@ -58,6 +58,9 @@ pub struct VersionEnv {
     /// the schedules it had.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cron: Vec<String>,
+    /// `--on` queue triggers, `nats:SUBJECT` ([`crate::triggers`]), kept like the schedules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on: Vec<String>,
 }
 
 /// The deployed functions under one state folder.

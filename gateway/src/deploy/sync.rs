@@ -22,7 +22,9 @@ use geofaas_config::headers::OFFLOAD;
 use geofaas_fleet::{DesiredFunction, DesiredFunctions, DesiredRollout, Fleet};
 use geofaas_functions::local;
 
-use super::admin::{entries, schedules, CRON_HEADER, ENV_HEADER, SECRET_HEADER};
+use super::admin::{
+    entries, schedules, triggers, CRON_HEADER, ENV_HEADER, ON_HEADER, SECRET_HEADER,
+};
 use super::bundle::Bundle;
 use super::checks::{bad_request, check_name, disk_error, now_s, reason_of};
 use super::store::{self, Rollout, VersionEnv, VersionInfo};
@@ -112,9 +114,11 @@ pub async fn serve_version(
             }
         }
     }
-    for expr in &env.cron {
-        if let Ok(value) = HeaderValue::from_str(expr) {
-            h.append(CRON_HEADER, value);
+    for (list, name) in [(&env.cron, CRON_HEADER), (&env.on, ON_HEADER)] {
+        for v in list {
+            if let Ok(value) = HeaderValue::from_str(v) {
+                h.append(name, value);
+            }
         }
     }
     Ok(resp)
@@ -248,6 +252,7 @@ async fn fetch(
             env: entries(resp.headers(), ENV_HEADER).map_err(|e| e.message)?,
             secrets: entries(resp.headers(), SECRET_HEADER).map_err(|e| e.message)?,
             cron: schedules(resp.headers()).map_err(|e| e.message)?,
+            on: triggers(resp.headers()).map_err(|e| e.message)?,
         };
         let body = resp.bytes().await.map_err(|e| format!("{source}: {e}"))?;
         deployer
