@@ -783,18 +783,18 @@ impl Activations {
         };
         match queue.entry(id).await {
             Some(queue::Entry::Waiting { owner, .. }) if visible(&owner) => Ok(still_running(id)),
-            Some(queue::Entry::Ended {
-                record:
-                    Record::Finished {
-                        owner,
-                        answer,
-                        keep_until_ms,
-                        ..
-                    },
-            }) if visible(&owner) && keep_until_ms > now_ms() => answer
-                .to_stored()
-                .map(|a| a.response(false))
-                .ok_or_else(|| self.unknown(id)),
+            Some(queue::Entry::Ended { record }) => match *record {
+                Record::Finished {
+                    owner,
+                    answer,
+                    keep_until_ms,
+                    ..
+                } if visible(&owner) && keep_until_ms > now_ms() => answer
+                    .to_stored()
+                    .map(|a| a.response(false))
+                    .ok_or_else(|| self.unknown(id)),
+                _ => Err(self.unknown(id)),
+            },
             _ => Err(self.unknown(id)),
         }
     }

@@ -43,7 +43,7 @@ pub(super) enum Entry {
         accepted_ms: u64,
     },
     /// Ended: a [`Record::Finished`].
-    Ended { record: Record },
+    Ended { record: Box<Record> },
 }
 
 /// A connection to the fleet's queue.
@@ -249,7 +249,9 @@ impl Queue {
     /// keeps the whole answer).
     pub(super) async fn finish(&self, id: &str, mut record: Record) -> anyhow::Result<()> {
         let fits = |r: &Record| {
-            let entry = Entry::Ended { record: r.clone() };
+            let entry = Entry::Ended {
+                record: Box::new(r.clone()),
+            };
             serde_json::to_vec(&entry).is_ok_and(|v| v.len() + 256 <= self.max_payload)
         };
         if !fits(&record) {
@@ -262,6 +264,7 @@ impl Queue {
                 *answer = super::saved::SavedAnswer::too_large(self.max_payload);
             }
         }
+        let record = Box::new(record);
         self.put(id, &Entry::Ended { record }).await
     }
 
