@@ -16,6 +16,8 @@ command -v curl >/dev/null || apt_pkgs+=(curl)
 command -v dig >/dev/null || apt_pkgs+=(dnsutils)
 command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
 command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
+# nats-server: the JetStream the fleet's queue tests start (cli/tests/integration/queue.rs).
+[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || apt_pkgs+=(nats-server)
 # nginx: the HTTP/1.1 server the tinyFaaS adapter's connections are tested against.
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_pkgs+=(nginx)
 # promtool (Debian's prometheus): checks the shipped scrape configuration (deploy/prometheus).
