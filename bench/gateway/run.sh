@@ -96,6 +96,12 @@ wait_for "http://127.0.0.1:$MANAGER_PORT/list"
 # the edge's background work is what it is in a healthy fleet (a probe a second, the cloud's
 # function list every 30 s), not the retries of a node whose cloud is down ---
 fill "$HERE/topology.toml" > "$WORK/topology.toml"
+# GW_EXTRA_TOML: sections added to the measured gateway's topology only (bench/events: [queue]).
+GW_TOPOLOGY=$WORK/topology.toml
+if [[ -n "${GW_EXTRA_TOML:-}" ]]; then
+  GW_TOPOLOGY=$WORK/topology-gw.toml
+  { cat "$WORK/topology.toml"; printf '\n%b\n' "$GW_EXTRA_TOML"; } > "$GW_TOPOLOGY"
+fi
 GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG=warn taskset -c "$LOAD_CPUS" \
   "${CLOUD_BIN:-$BIN}" node --config "$WORK/topology.toml" --node cloud --state-dir "$WORK/state" 2> "$WORK/cloud.log" &
 PIDS+=($!)
@@ -103,7 +109,7 @@ wait_for "https://127.0.0.1:$CLOUD_PORT/healthz"
 
 # --- the gateway ---
 GEOFAAS_OFFLOAD_SECRET=bench-secret RUST_LOG="${GW_LOG:-warn}" taskset -c "$PROXY_CPUS" \
-  "$BIN" node --config "$WORK/topology.toml" --node edge --state-dir "$WORK/state" 2> "$WORK/gateway.log" &
+  "$BIN" node --config "$GW_TOPOLOGY" --node edge --state-dir "$WORK/state" 2> "$WORK/gateway.log" &
 PIDS+=($!); GW_PID=$!
 wait_for "https://127.0.0.1:$GW_PORT/healthz"
 

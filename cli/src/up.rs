@@ -75,6 +75,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     ));
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut secret);
+    if topology.queue.is_some() {
+        tracing::warn!("[queue] is for fleets of `geofaas node`s: up keeps each node's accepted calls in its journal");
+    }
     let opts = NodeOptions {
         offload_secret: Some(secret.to_vec()),
         ca_pem: Some(tls.ca_pem.clone().into_bytes()),

@@ -1,6 +1,7 @@
 //! Shared fakes and helpers for geofaas tests (never linked into the product).
 //!
 //! - [`etcd`]: a real etcd server on free ports, for the fleet tests;
+//! - [`faults`]: a TCP fault proxy (refuse, black-hole, delay, drop answers, heal) between nodes;
 //! - [`nats`]: a real nats-server with JetStream, for the queue tests;
 //! - [`memory`]: an in-memory function backend for router tests;
 //! - [`delays`]: a backend whose functions take known times (live profile tests);
@@ -14,6 +15,7 @@
 
 pub mod delays;
 pub mod etcd;
+pub mod faults;
 pub mod memory;
 pub mod nats;
 pub mod openwhisk;
