@@ -109,6 +109,18 @@ impl ApiError {
             InvokeError::Refused(why) => {
                 Self::new(StatusCode::BAD_REQUEST, "bad_path", why.clone())
             }
+            // Nothing was sent: safe to try again.
+            InvokeError::Unavailable(why) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unreachable",
+                format!("the other node could not be reached, nothing was sent ({why}); retry later"),
+            )
+            .retry_after(1),
+            InvokeError::Network(why) => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "offload_failed",
+                format!("the connection to the other node broke after the call was sent; it may have run there ({why})"),
+            ),
             e => Self::new(
                 StatusCode::BAD_GATEWAY,
                 "offload_failed",

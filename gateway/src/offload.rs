@@ -33,6 +33,9 @@ const KEPT_BACK: [&str; 8] = [
 /// passed on as they arrive.
 const READ_WHOLE: u64 = 64 * 1024;
 
+/// Longest a new connection to another node (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The link from an edge to the other nodes: a connection-reusing HTTPS client that signs what
 /// it sends, to the cloud gateway and, for the scheduler, to the neighbouring edges.
 #[derive(Debug, Clone)]
@@ -54,6 +57,15 @@ impl NodeLink {
     ) -> anyhow::Result<Self> {
         let mut builder = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(90))
+            // A link that swallows packets fails the call in this long (nothing was sent, so
+            // it is a clear 503), not at the call's deadline.
+            .connect_timeout(CONNECT_TIMEOUT)
+            // An open HTTP/2 connection whose pings go unanswered is given up in seconds (the
+            // calls on it fail as "may have run"), so calls after it meet the connect timeout
+            // instead of each waiting for its deadline on a dead connection.
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .http2_keep_alive_timeout(Duration::from_secs(2))
+            .http2_keep_alive_while_idle(true)
             .redirect(reqwest::redirect::Policy::none());
         if let Some(pem) = ca_pem {
             builder = builder.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
@@ -136,13 +148,18 @@ impl NodeLink {
         for (name, value) in headers {
             req = req.header(name, value);
         }
+        let sent = std::time::Instant::now();
         let resp = req.send().await.map_err(|e| {
             tracing::warn!(path = %path, to = %base, error = %e, "forwarding a call failed");
-            if e.is_timeout() {
-                InvokeError::Timeout(timeout)
-            } else if e.is_connect() {
+            // A connection that never came up (refused, or past the connect timeout) sent
+            // nothing: that is not the call timing out.
+            if e.is_connect() {
                 InvokeError::Unavailable(format!("{base}: {e}"))
+            } else if e.is_timeout() && sent.elapsed() + Duration::from_millis(100) >= timeout {
+                InvokeError::Timeout(timeout)
             } else {
+                // Broken, or given up early (its HTTP/2 pings went unanswered): the call was
+                // sent and may have run.
                 InvokeError::Network(format!("{base}: {e}"))
             }
         })?;

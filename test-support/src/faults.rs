@@ -23,8 +23,10 @@ pub enum Fault {
     Pass,
     /// New connections are closed at once; open ones are cut.
     Refuse,
-    /// Connections are accepted and bytes read, but nothing goes through either way: a peer
-    /// that takes the request and never answers, or a route that swallows packets.
+    /// New connections are accepted and never answered; on open ones nothing goes through
+    /// either way until the fault ends, then the held bytes go on (as TCP would retransmit
+    /// them): a peer that takes the request and never answers, or a route that swallows
+    /// packets for a while.
     Blackhole,
     /// Each chunk waits this long before it goes on, in both directions.
     Delay(Duration),
@@ -170,10 +172,15 @@ async fn pipe(
                 continue;
             }
         };
+        // A black hole holds the bytes (TCP would retransmit them) until it ends.
+        while *fault.borrow() == Fault::Blackhole {
+            if fault.changed().await.is_err() {
+                return;
+            }
+        }
         let now = *fault.borrow();
         match now {
             Fault::Refuse => return,
-            Fault::Blackhole => continue,
             Fault::DropAnswers if !toward_upstream => continue,
             Fault::Delay(d) => tokio::time::sleep(d).await,
             _ => {}

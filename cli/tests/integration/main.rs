@@ -12,6 +12,7 @@ mod deploy;
 mod dns_reload;
 mod durable_activations;
 mod errors;
+mod faults;
 mod fleet;
 mod geo;
 mod handover;

@@ -1,7 +1,9 @@
 //! A fleet of real `geofaas node` processes on loopback for the tests that kill and restart
 //! nodes (cron, queue): one topology file with `[tls]`, the caller's extra sections and the
 //! given nodes (each with a local backend over one functions folder), every node a child
-//! process run from the temporary folder with its own log, all sharing one `--state-dir`.
+//! process run from the temporary folder with its own log, all sharing one `--state-dir` and
+//! an offload secret. A node's `public_url` may name another port than it listens on (a fault
+//! proxy's, [`Layout::public_ports`]) and a node may serve its own functions folder.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,21 @@ pub struct Fleet {
     rust_log: String,
 }
 
+/// What [`Fleet::with`] writes and starts.
+pub struct Layout<'a> {
+    pub name: &'a str,
+    pub nodes: &'a [NodeSpec],
+    /// Sections written before the nodes.
+    pub extra: &'a str,
+    /// The folder every backend serves; an empty one when `None`.
+    pub functions: Option<&'a Path>,
+    /// Nodes that serve their own folder instead.
+    pub node_functions: HashMap<&'static str, PathBuf>,
+    /// Nodes whose `public_url` names this port instead of the one they listen on.
+    pub public_ports: HashMap<&'static str, u16>,
+    pub rust_log: &'a str,
+}
+
 impl Fleet {
     /// Writes `NAME.toml` (zone `NAME.test.`, `extra` before the nodes, every backend serving
     /// `functions`, an empty folder when `None`) and starts every node.
@@ -34,6 +51,28 @@ impl Fleet {
         functions: Option<&Path>,
         rust_log: &str,
     ) -> Self {
+        Self::with(Layout {
+            name,
+            nodes,
+            extra,
+            functions,
+            node_functions: HashMap::new(),
+            public_ports: HashMap::new(),
+            rust_log,
+        })
+    }
+
+    /// Writes the layout's topology and starts every node.
+    pub fn with(layout: Layout<'_>) -> Self {
+        let Layout {
+            name,
+            nodes,
+            extra,
+            functions,
+            node_functions,
+            public_ports,
+            rust_log,
+        } = layout;
         let dir = tempfile::tempdir().unwrap();
         let tls = TlsMaterial::generate(&["127.0.0.1".to_owned()]).unwrap();
         tls.write_to(dir.path()).unwrap();
@@ -57,6 +96,8 @@ impl Fleet {
                 .unwrap()
                 .port();
             ports.insert(id, port);
+            let public = public_ports.get(id).copied().unwrap_or(port);
+            let served = node_functions.get(id).unwrap_or(&functions);
             let area = if role == "cloud" {
                 "area = \"world\"".to_owned()
             } else {
@@ -66,9 +107,9 @@ impl Fleet {
             };
             text.push_str(&format!(
                 "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = {lat}, lon = {lon} }}\n{area}\n\
-                 public_url = \"https://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\n\
+                 public_url = \"https://127.0.0.1:{public}\"\nlisten = \"127.0.0.1:{port}\"\n\
                  [[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
-                functions.display()
+                served.display()
             ));
         }
         let config = dir.path().join(format!("{name}.toml"));
@@ -95,7 +136,7 @@ impl Fleet {
         self.dir.path().join(p)
     }
 
-    /// `https://127.0.0.1:PORT{path}` of node `id`.
+    /// `https://127.0.0.1:PORT{path}` of node `id` (where it listens).
     pub fn url(&self, id: &str, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.ports[id])
     }
@@ -112,6 +153,7 @@ impl Fleet {
             .arg("--state-dir")
             .arg(self.path("state"))
             .env("RUST_LOG", &self.rust_log)
+            .env("GEOFAAS_OFFLOAD_SECRET", "fleet test secret")
             .current_dir(std::env::temp_dir())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -1,0 +1,265 @@
+//! Cut links, not killed processes: a Lima edge reaches its Bogotá cloud only through a fault
+//! proxy (test-support `faults`), both real `geofaas node` processes. Clients in Lima call a
+//! function the edge serves and one only the cloud serves (it logs each run), with `curl` and
+//! reqwest, while the link passes, refuses, black-holes, drops the answer of a call that went
+//! out, turns 500 ms slow, and heals. Every call is counted: answered 2xx, answered with a
+//! clear error (and which), lost (none may be), run twice (none may be).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use geofaas_test_support::faults::{Fault, FaultProxy};
+
+use crate::processes::{Fleet, Layout, NodeSpec};
+
+const NODES: [NodeSpec; 2] = [
+    ("lima", "edge", -12.05, -77.04),
+    ("bogota", "cloud", 4.71, -74.07),
+];
+/// The call deadline the topology sets.
+const CALL_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// What became of a round of calls.
+#[derive(Debug, Default)]
+struct Counts {
+    ok: usize,
+    /// Clear errors by status and code.
+    errors: HashMap<String, usize>,
+    /// Slowest answer.
+    slowest: Duration,
+}
+
+struct Bench {
+    fleet: Fleet,
+    proxy: FaultProxy,
+    log: String,
+    next: usize,
+}
+
+impl Bench {
+    /// One call of `function` from a Lima client: (status, error code or body, took).
+    async fn call(&mut self, function: &str) -> (u16, String, Duration, String) {
+        self.next += 1;
+        let id = format!("c{}", self.next);
+        let started = Instant::now();
+        let resp = self
+            .fleet
+            .client
+            .post(self.fleet.url("lima", &format!("/fn/{function}")))
+            .header("x-client-location", "-12.05,-77.04")
+            .body(format!("{} {id}", self.log))
+            .timeout(CALL_TIMEOUT + Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{function} {id}: no answer at all (lost): {e}"));
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().contains_key("retry-after");
+        let body = resp.text().await.unwrap_or_default();
+        let took = started.elapsed();
+        let what = if status < 300 {
+            body
+        } else {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let code = v["error"]["code"].as_str().unwrap_or("?").to_owned();
+            if status == 503 {
+                assert!(retry_after, "a 503 without Retry-After: {body}");
+            }
+            code
+        };
+        (status, what, took, id)
+    }
+
+    /// `n` calls of `function`, counted.
+    async fn round(&mut self, function: &str, n: usize) -> (Counts, Vec<String>) {
+        let mut c = Counts::default();
+        let mut ids = Vec::new();
+        for _ in 0..n {
+            let (status, what, took, id) = self.call(function).await;
+            c.slowest = c.slowest.max(took);
+            assert!(
+                took < CALL_TIMEOUT + Duration::from_secs(2),
+                "{function} {id}: answered after {took:?}, past its deadline"
+            );
+            if status < 300 {
+                c.ok += 1;
+            } else {
+                *c.errors.entry(format!("{status} {what}")).or_default() += 1;
+            }
+            ids.push(id);
+        }
+        (c, ids)
+    }
+
+    /// How often each call id ran at the cloud.
+    fn runs(&self) -> HashMap<String, usize> {
+        let mut runs = HashMap::new();
+        for l in std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+        {
+            *runs.entry(l.to_owned()).or_default() += 1;
+        }
+        runs
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_whose_link_to_the_cloud_fails_answers_every_call_clearly() {
+    let root = geofaas_test_support::paths::manifest_dir().join("testdata");
+    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let extra = format!(
+        "[gateway]\ncall_timeout_ms = {}\n[dns]\nprobe_interval_ms = 500\n",
+        CALL_TIMEOUT.as_millis()
+    );
+    let fleet = Fleet::with(Layout {
+        name: "andes",
+        nodes: &NODES,
+        extra: &extra,
+        functions: Some(&root.join("fault-edge-functions")),
+        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
+        public_ports: HashMap::from([("bogota", proxy_port)]),
+        rust_log: "warn",
+    });
+    let cloud = format!("127.0.0.1:{}", fleet.ports["bogota"])
+        .parse()
+        .unwrap();
+    let proxy = FaultProxy::start(format!("127.0.0.1:{proxy_port}").parse().unwrap(), cloud)
+        .await
+        .unwrap();
+    for (id, ..) in NODES {
+        fleet.wait_ready(id).await;
+    }
+    let log = fleet.path("tally.txt").to_str().unwrap().to_owned();
+    let mut b = Bench {
+        fleet,
+        proxy,
+        log,
+        next: 0,
+    };
+    // The edge learns what the cloud serves once it reaches it.
+    let started = Instant::now();
+    while b.call("tally").await.0 != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the cloud never answered through the proxy"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut report = Vec::new();
+    let (here, _) = b.round("here", 10).await;
+    let (cloud, _) = b.round("tally", 10).await;
+    assert_eq!((here.ok, cloud.ok), (10, 10), "{here:?} {cloud:?}");
+    report.push(("pass", here, cloud));
+
+    // Refused: the edge's own function answers; the cloud's gets 503 with Retry-After at once,
+    // and never ran.
+    b.proxy.set(Fault::Refuse);
+    let (here, _) = b.round("here", 10).await;
+    let (cloud, ids) = b.round("tally", 10).await;
+    assert_eq!(here.ok, 10, "{here:?}");
+    assert_eq!(cloud.errors.get("503 unreachable"), Some(&10), "{cloud:?}");
+    let runs = b.runs();
+    assert!(
+        ids.iter().all(|i| !runs.contains_key(i)),
+        "a refused call ran"
+    );
+    // The same with curl, over HTTP/2, from another folder.
+    let (status, body) = b.fleet.curl(&[
+        "--http2",
+        "-H",
+        "x-client-location: -12.05,-77.04",
+        "--data",
+        &format!("{} curl-refused", b.log),
+        &b.fleet.url("lima", "/fn/tally"),
+    ]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("unreachable"), "{body}");
+    report.push(("refused", here, cloud));
+
+    // Healed: offloads resume.
+    b.proxy.heal();
+    let healed = Instant::now();
+    while b.call("tally").await.0 != 200 {
+        assert!(
+            healed.elapsed() < Duration::from_secs(30),
+            "offloads never resumed"
+        );
+    }
+    let resumed = healed.elapsed();
+
+    // Black hole: connections accepted, nothing answered. Each call still gets an answer
+    // before its deadline: 503 when nothing was sent, a "may have run" error otherwise.
+    b.proxy.set(Fault::Blackhole);
+    let (here, _) = b.round("here", 5).await;
+    let (cloud, _) = b.round("tally", 5).await;
+    assert_eq!(here.ok, 5, "{here:?}");
+    assert_eq!(cloud.ok, 0, "{cloud:?}");
+    report.push(("black hole", here, cloud));
+
+    // A 500 ms slow link (250 ms each way): slower, answered.
+    b.proxy.set(Fault::Delay(Duration::from_millis(250)));
+    let (here, _) = b.round("here", 5).await;
+    let (cloud, _) = b.round("tally", 5).await;
+    assert_eq!((here.ok, cloud.ok), (5, 5), "{here:?} {cloud:?}");
+    report.push(("500 ms slow", here, cloud));
+
+    // The connection dies after the request went out: the call ran at the cloud, the client
+    // is told it may have run, and it does not run a second time.
+    b.proxy.heal();
+    assert_eq!(b.call("tally").await.0, 200);
+    b.proxy.set(Fault::DropAnswers);
+    let pending = {
+        let client = b.fleet.client.clone();
+        let url = b.fleet.url("lima", "/fn/tally");
+        let body = format!("{} cut-1", b.log);
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .header("x-client-location", "-12.05,-77.04")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        })
+    };
+    let started = Instant::now();
+    while !b.runs().contains_key("cut-1") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the cut call never reached the cloud"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.proxy.set(Fault::Refuse);
+    let (status, body) = pending.await.unwrap();
+    assert!(status == 502 || status == 504, "{status} {body}");
+    assert!(
+        body.contains("may have run") || body.contains("timeout"),
+        "{body}"
+    );
+    b.proxy.heal();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Nothing ran twice.
+    let runs = b.runs();
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "ran twice: {twice:?}");
+    assert_eq!(runs.get("cut-1"), Some(&1));
+
+    for (fault, here, cloud) in &report {
+        eprintln!(
+            "{fault:>12}: edge function {} ok {:?}, slowest {:?}; cloud function {} ok {:?}, slowest {:?}",
+            here.ok, here.errors, here.slowest, cloud.ok, cloud.errors, cloud.slowest
+        );
+    }
+    eprintln!(
+        "offloads resumed {resumed:?} after the heal; the cut call answered {status}; runs {}, none twice",
+        runs.len()
+    );
+}
