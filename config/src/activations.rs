@@ -1,5 +1,5 @@
 //! `[activations]`: how a node keeps, retries and gives up on asynchronous calls
-//! (`Prefer: respond-async`, docs/reliability.md).
+//! (`Prefer: respond-async`, docs/events.md).
 
 use serde::{Deserialize, Serialize};
 
