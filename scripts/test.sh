@@ -18,6 +18,8 @@ command -v kdig >/dev/null || apt_pkgs+=(knot-dnsutils)
 command -v etcd >/dev/null || apt_pkgs+=(etcd-server)
 # nats-server: the JetStream the fleet's queue tests start (cli/tests/integration/queue.rs).
 [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || apt_pkgs+=(nats-server)
+# libfaketime: the fault test that runs a node with its clock five minutes ahead.
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || apt_pkgs+=(libfaketime)
 # nginx: the HTTP/1.1 server the tinyFaaS adapter's connections are tested against.
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_pkgs+=(nginx)
 # promtool (Debian's prometheus): checks the shipped scrape configuration (deploy/prometheus).

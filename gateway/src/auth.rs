@@ -40,16 +40,44 @@ impl OffloadKey {
 
     /// The signing node's id when `value` is a valid, fresh signature of this call.
     pub fn verify<'a>(&self, value: &'a str, method: &str, path: &str) -> Option<&'a str> {
-        let mut parts = value.splitn(3, ';');
-        let (node, ts, sig) = (parts.next()?, parts.next()?, parts.next()?);
-        let ts: u64 = ts.parse().ok()?;
-        if now().abs_diff(ts) > MAX_SKEW_S {
-            return None;
-        }
-        let sig = unhex(sig)?;
-        hmac::verify(&self.0, message(node, ts, method, path).as_bytes(), &sig).ok()?;
-        Some(node)
+        self.check(value, method, path).ok()
     }
+
+    /// Like [`OffloadKey::verify`], saying why a signature is refused: one made with the
+    /// secret whose time is outside the window names the node and how far its clock is off.
+    pub fn check<'a>(&self, value: &'a str, method: &str, path: &str) -> Result<&'a str, Refusal> {
+        let mut parts = value.splitn(3, ';');
+        let (Some(node), Some(ts), Some(sig)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(Refusal::Signature);
+        };
+        let ts: u64 = ts.parse().map_err(|_| Refusal::Signature)?;
+        let sig = unhex(sig).ok_or(Refusal::Signature)?;
+        hmac::verify(&self.0, message(node, ts, method, path).as_bytes(), &sig)
+            .map_err(|_| Refusal::Signature)?;
+        let skew_s = i64::try_from(ts).unwrap_or(i64::MAX) - i64::try_from(now()).unwrap_or(0);
+        if skew_s.unsigned_abs() > MAX_SKEW_S {
+            return Err(Refusal::Clock {
+                node: node.to_owned(),
+                skew_s,
+            });
+        }
+        Ok(node)
+    }
+}
+
+/// Why a signature was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not made with the secret, for another method or path, or not a signature at all.
+    Signature,
+    /// Made with the secret, at a time this far from this node's clock (positive: the signer's
+    /// clock is ahead), outside the window of ±60 s.
+    Clock {
+        /// The node that signed.
+        node: String,
+        /// Its signature's time minus this node's, in seconds.
+        skew_s: i64,
+    },
 }
 
 fn message(node: &str, ts: u64, method: &str, path: &str) -> String {
@@ -97,5 +125,28 @@ mod tests {
         assert_eq!(key.verify(&stale, "POST", "/fn/sieve"), None);
         assert_eq!(key.verify("garbage", "POST", "/fn/sieve"), None);
         assert_eq!(key.verify("a;1;zz", "POST", "/fn/sieve"), None);
+    }
+
+    #[test]
+    fn a_real_signature_outside_the_window_names_the_node_and_the_skew() {
+        let key = OffloadKey::new(b"secret");
+        let ahead = key.sign_at("lima", "POST", "/fn/x", now() + 300);
+        assert_eq!(
+            key.check(&ahead, "POST", "/fn/x"),
+            Err(Refusal::Clock {
+                node: "lima".into(),
+                skew_s: 300
+            })
+        );
+        let behind = key.sign_at("lima", "POST", "/fn/x", now() - 120);
+        assert!(matches!(
+            key.check(&behind, "POST", "/fn/x"),
+            Err(Refusal::Clock { skew_s: -120, .. })
+        ));
+        // Within the window it is valid; not the secret's, it is no signature whatever its time.
+        let close = key.sign_at("lima", "POST", "/fn/x", now() + 30);
+        assert_eq!(key.check(&close, "POST", "/fn/x"), Ok("lima"));
+        let other = OffloadKey::new(b"other").sign_at("lima", "POST", "/fn/x", now() + 300);
+        assert_eq!(key.check(&other, "POST", "/fn/x"), Err(Refusal::Signature));
     }
 }

@@ -49,6 +49,11 @@ pub const ACTIVATIONS_OLDEST: &str = "geofaas_activations_oldest_pending_seconds
 /// run; `failed`: not claimed or not accepted, with a log line naming why).
 pub const CRON_TICKS: &str = "geofaas_cron_ticks_total";
 
+/// Node-to-node signatures this node refused, by `reason` (`signature`: not made with the
+/// secret for this request; `clock`: made with it at a time outside the ±60 s window, so one
+/// of the two clocks is off).
+pub const SIGNATURES_REFUSED: &str = "geofaas_signatures_refused_total";
+
 /// Actual over predicted latency of calls a policy placed (`Server-Timing: predicted`), by
 /// where they ran (`placement`).
 pub const PREDICTION_ERROR: &str = "geofaas_prediction_error_ratio";
@@ -170,6 +175,11 @@ impl NodeMetrics {
             CRON_TICKS.into(),
             None,
             "Cron ticks run here, taken by another node, missed or failed".into(),
+        );
+        recorder.describe_counter(
+            SIGNATURES_REFUSED.into(),
+            None,
+            "Node-to-node signatures refused: not the secret's, or outside the clock window".into(),
         );
         recorder.describe_counter(
             ACTIVATIONS.into(),
@@ -295,6 +305,11 @@ impl NodeMetrics {
     /// A `307` to node `to`.
     pub fn handover(&self, to: &str) {
         self.count(HANDOVERS, &[("to", to)]);
+    }
+
+    /// A node-to-node signature refused, and why (`signature` or `clock`).
+    pub fn signature_refused(&self, reason: &'static str) {
+        self.count(SIGNATURES_REFUSED, &[("reason", reason)]);
     }
 
     /// A call offloaded to the cloud.

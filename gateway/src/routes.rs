@@ -40,7 +40,7 @@ use crate::headers::name::{REQUEST_ID, SERVED_BY};
 use crate::headers::{self, HeaderLimits};
 use crate::idempotency;
 use crate::invoke::{self, Call};
-use crate::node::{Links, Live, NodeState, Place};
+use crate::node::{Live, NodeState, Place};
 use crate::placement;
 use crate::routing::{self, Route};
 
@@ -306,7 +306,7 @@ async fn handle_call(
     if let Some(addr) = client {
         state.intake.limits.client(addr.ip())?;
     }
-    let signed = signed_by_peer(&state.links, &parts.method, &parts.uri, control.offload);
+    let signed = signed_by_peer(&state, &parts.method, &parts.uri, control.offload)?;
     let caller = if signed {
         Caller::Node
     } else {
@@ -489,28 +489,55 @@ fn retried_at_the_cloud(place: &Place, retry: Option<&HeaderValue>) -> bool {
     place.role == Role::Cloud && retry.is_some_and(|v| v == "1")
 }
 
-/// Offloaded by a peer with a valid, fresh signature: served where it lands.
+/// Offloaded by a peer with a valid, fresh signature: served where it lands. A signature
+/// that is not one is ignored (the call is routed as a client's); a real one made at a time
+/// outside the window is refused, `403 clock_skew` naming the node whose clock is off.
 fn signed_by_peer(
-    links: &Links,
+    state: &NodeState,
     method: &Method,
     uri: &Uri,
     offload: Option<&HeaderValue>,
-) -> bool {
-    if let (Some(key), Some(v)) = (&links.key, offload) {
-        if let Some(from) = v
-            .to_str()
-            .ok()
-            .and_then(|v| key.verify(v, method.as_str(), uri.path()))
-        {
+) -> Result<bool, ApiError> {
+    let (Some(key), Some(v)) = (&state.links.key, offload) else {
+        return Ok(false);
+    };
+    let checked = v
+        .to_str()
+        .map_err(|_| crate::auth::Refusal::Signature)
+        .and_then(|v| key.check(v, method.as_str(), uri.path()));
+    match checked {
+        Ok(from) => {
             tracing::debug!(from, "serving an offloaded call");
-            return true;
+            Ok(true)
         }
-        tracing::warn!(
-            path = %uri.path().escape_debug(),
-            "offload credential did not verify; routing the call normally"
-        );
+        Err(crate::auth::Refusal::Signature) => {
+            state.telemetry.metrics.signature_refused("signature");
+            tracing::warn!(
+                path = %uri.path().escape_debug(),
+                "offload credential did not verify; routing the call normally"
+            );
+            Ok(false)
+        }
+        Err(crate::auth::Refusal::Clock { node, skew_s }) => {
+            state.telemetry.metrics.signature_refused("clock");
+            let ahead = if skew_s > 0 { "ahead of" } else { "behind" };
+            tracing::error!(
+                node = %node,
+                skew_s,
+                "node {node}'s clock is {} s {ahead} this node's: its signed calls are refused (window ±60 s); check both clocks (NTP)",
+                skew_s.unsigned_abs()
+            );
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "clock_skew",
+                format!(
+                    "the call was signed by node {node:?} at a time {} s {ahead} node {:?}'s clock, outside the ±60 s window: refused; check both nodes' clocks (NTP)",
+                    skew_s.unsigned_abs(),
+                    state.place.id
+                ),
+            ))
+        }
     }
-    false
 }
 
 async fn activation(

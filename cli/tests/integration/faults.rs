@@ -122,6 +122,8 @@ async fn an_edge_whose_link_to_the_cloud_fails_answers_every_call_clearly() {
         functions: Some(&root.join("fault-edge-functions")),
         node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
         public_ports: HashMap::from([("bogota", proxy_port)]),
+        state_dir: None,
+        node_env: HashMap::new(),
         rust_log: "warn",
     });
     let cloud = format!("127.0.0.1:{}", fleet.ports["bogota"])
@@ -262,4 +264,76 @@ async fn an_edge_whose_link_to_the_cloud_fails_answers_every_call_clearly() {
         "offloads resumed {resumed:?} after the heal; the cut call answered {status}; runs {}, none twice",
         runs.len()
     );
+}
+
+/// Where Debian's libfaketime is.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The Lima edge's clock five minutes ahead (libfaketime; its monotonic clock left alone):
+/// its signed offloads are refused by the cloud with `403 clock_skew` naming it and how far
+/// off it is, counted in `geofaas_signatures_refused_total{reason="clock"}` and logged; the
+/// edge's own functions keep answering, and nothing ran at the cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
+    assert!(
+        std::path::Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing (Debian package libfaketime)"
+    );
+    let root = geofaas_test_support::paths::manifest_dir().join("testdata");
+    let env = vec![
+        ("LD_PRELOAD".to_owned(), FAKETIME.to_owned()),
+        ("FAKETIME".to_owned(), "+300".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+    ];
+    let fleet = Fleet::with(Layout {
+        name: "andes",
+        nodes: &NODES,
+        extra: "[dns]\nprobe_interval_ms = 500\n",
+        functions: Some(&root.join("fault-edge-functions")),
+        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
+        public_ports: HashMap::new(),
+        state_dir: None,
+        node_env: HashMap::from([("lima", env)]),
+        rust_log: "warn",
+    });
+    for (id, ..) in NODES {
+        fleet.wait_ready(id).await;
+    }
+    let log = fleet.path("tally.txt");
+    let (status, body) = fleet.curl(&[
+        "-H",
+        "x-client-location: -12.05,-77.04",
+        "--data",
+        &format!("{} skewed-1", log.display()),
+        &fleet.url("lima", "/fn/tally"),
+    ]);
+    assert_eq!(status, 403, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "clock_skew", "{body}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"lima\"") && message.contains("ahead"),
+        "{message}"
+    );
+    assert!(!log.exists(), "a refused call ran");
+    let (status, body) = fleet.curl(&[
+        "-H",
+        "x-client-location: -12.05,-77.04",
+        "--data",
+        "x",
+        &fleet.url("lima", "/fn/here"),
+    ]);
+    assert_eq!((status, body.as_str()), (200, "served here"));
+    let (_, metrics) = fleet.curl(&[&fleet.url("bogota", "/metrics")]);
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("geofaas_signatures_refused_total") && l.contains("reason=\"clock\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(refused >= 1.0, "{metrics}");
+    let logged = fleet.log("bogota");
+    assert!(logged.contains("node lima's clock is"), "{logged}");
+    eprintln!("clock 300 s ahead: {message}; {refused} signatures refused at the cloud");
 }

@@ -14,6 +14,7 @@ mod durable_activations;
 mod errors;
 mod faults;
 mod fleet;
+mod full_disk;
 mod geo;
 mod handover;
 mod http2;

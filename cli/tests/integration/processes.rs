@@ -23,6 +23,8 @@ pub struct Fleet {
     pub ports: HashMap<&'static str, u16>,
     pub client: reqwest::Client,
     config: PathBuf,
+    state_dir: PathBuf,
+    node_env: HashMap<&'static str, Vec<(String, String)>>,
     rust_log: String,
 }
 
@@ -38,6 +40,10 @@ pub struct Layout<'a> {
     pub node_functions: HashMap<&'static str, PathBuf>,
     /// Nodes whose `public_url` names this port instead of the one they listen on.
     pub public_ports: HashMap<&'static str, u16>,
+    /// The nodes' `--state-dir`; `state` in the fleet's folder when `None`.
+    pub state_dir: Option<PathBuf>,
+    /// Environment variables of single nodes (a faked clock).
+    pub node_env: HashMap<&'static str, Vec<(String, String)>>,
     pub rust_log: &'a str,
 }
 
@@ -58,6 +64,8 @@ impl Fleet {
             functions,
             node_functions: HashMap::new(),
             public_ports: HashMap::new(),
+            state_dir: None,
+            node_env: HashMap::new(),
             rust_log,
         })
     }
@@ -71,6 +79,8 @@ impl Fleet {
             functions,
             node_functions,
             public_ports,
+            state_dir,
+            node_env,
             rust_log,
         } = layout;
         let dir = tempfile::tempdir().unwrap();
@@ -118,11 +128,14 @@ impl Fleet {
             .add_root_certificate(reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap())
             .build()
             .unwrap();
+        let state_dir = state_dir.unwrap_or_else(|| dir.path().join("state"));
         let mut fleet = Self {
             dir,
             children: HashMap::new(),
             ports,
             client,
+            state_dir,
+            node_env,
             config,
             rust_log: rust_log.to_owned(),
         };
@@ -147,11 +160,13 @@ impl Fleet {
             .append(true)
             .open(self.path(&format!("{id}.log")))
             .unwrap();
+        let env = self.node_env.get(id).cloned().unwrap_or_default();
         let child = Command::new(BIN)
+            .envs(env)
             .args(["node", "--node", id, "--config"])
             .arg(&self.config)
             .arg("--state-dir")
-            .arg(self.path("state"))
+            .arg(&self.state_dir)
             .env("RUST_LOG", &self.rust_log)
             .env("GEOFAAS_OFFLOAD_SECRET", "fleet test secret")
             .current_dir(std::env::temp_dir())

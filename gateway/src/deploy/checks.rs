@@ -68,6 +68,13 @@ pub(super) fn bad_request(code: &'static str, message: String) -> ApiError {
 
 pub(super) fn disk_error(e: &std::io::Error) -> ApiError {
     tracing::error!(error = %e, "deploy: state folder");
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "disk_full",
+            format!("the node could not write the version to its state folder: the disk is full ({e}); nothing of it was kept and the live version still serves; free space and deploy again"),
+        );
+    }
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "state_folder",
