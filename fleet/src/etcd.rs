@@ -28,6 +28,8 @@ pub struct Etcd {
     channel: Channel,
     timeout: Duration,
     auth: Option<Arc<Auth>>,
+    /// How many endpoints the channel balances over.
+    endpoints: usize,
 }
 
 /// etcd credentials and the token etcd gave for them.
@@ -146,6 +148,7 @@ impl Etcd {
             }
             endpoints.push(ep);
         }
+        let count = endpoints.len();
         let channel = match endpoints.len() {
             0 => {
                 return Err(FleetError::Endpoint {
@@ -160,6 +163,7 @@ impl Etcd {
             channel,
             timeout,
             auth,
+            endpoints: count,
         })
     }
 
@@ -234,7 +238,9 @@ impl Etcd {
     }
 
     /// One unary request with its timeout; with credentials, an expired token is renewed and
-    /// the request sent once more.
+    /// the request sent once more. A request that found its endpoint unavailable (a member
+    /// down: the balancer may pick it before it knows) goes to the others, up to twice per
+    /// endpoint.
     async fn unary<Q, T, F, Fut>(&self, q: Q, call: F) -> Result<T, FleetError>
     where
         Q: Clone,
@@ -242,10 +248,19 @@ impl Etcd {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut renewed = false;
+        let mut elsewhere = 0;
         loop {
             let request = self.request(q.clone()).await?;
             match self.timed(call(self.channel.clone(), request)).await {
                 Err(Failure::Status(s)) if !renewed && self.expired(&s).await => renewed = true,
+                Err(Failure::Status(s))
+                    if s.code() == tonic::Code::Unavailable
+                        && self.endpoints > 1
+                        && elsewhere < 2 * self.endpoints =>
+                {
+                    elsewhere += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 r => return r.map_err(|f| self.error(f)),
             }
         }

@@ -267,3 +267,108 @@ impl EtcdServer {
         let _ = self.child.kill().await;
     }
 }
+
+/// A real three-member etcd cluster on loopback (plain HTTP), each member its own process and
+/// data folder, for the quorum tests: a member can be killed and started again on its folder.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<Option<Child>>,
+    clients: Vec<String>,
+    peers: Vec<String>,
+    dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl EtcdCluster {
+    /// Starts three members and waits (at most 30 s) until each says it is healthy.
+    pub async fn start() -> anyhow::Result<Self> {
+        let mut clients = Vec::new();
+        let mut peers = Vec::new();
+        for _ in 0..3 {
+            clients.push(format!("http://127.0.0.1:{}", free_port()?));
+            peers.push(format!("http://127.0.0.1:{}", free_port()?));
+        }
+        let mut c = Self {
+            members: vec![None, None, None],
+            clients,
+            peers,
+            dir: tempfile::tempdir()?,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(2))
+                .build()?,
+        };
+        for i in 0..3 {
+            c.spawn(i)?;
+        }
+        for i in 0..3 {
+            c.wait_healthy(i).await?;
+        }
+        Ok(c)
+    }
+
+    fn spawn(&mut self, i: usize) -> anyhow::Result<()> {
+        let cluster: Vec<String> = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(j, p)| format!("m{j}={p}"))
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("m{i}.log")))?;
+        let child = Command::new("etcd")
+            .arg(format!("--name=m{i}"))
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join(format!("m{i}")).display()
+            ))
+            .arg(format!("--listen-client-urls={}", self.clients[i]))
+            .arg(format!("--advertise-client-urls={}", self.clients[i]))
+            .arg(format!("--listen-peer-urls={}", self.peers[i]))
+            .arg(format!("--initial-advertise-peer-urls={}", self.peers[i]))
+            .arg(format!("--initial-cluster={}", cluster.join(",")))
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=geofaas-test")
+            .args(["--heartbeat-interval=50", "--election-timeout=500"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot run `etcd` (Debian package etcd-server)")?;
+        self.members[i] = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` says it is healthy (it is, and the cluster has a leader).
+    pub async fn wait_healthy(&self, i: usize) -> anyhow::Result<()> {
+        let health = format!("{}/health", self.clients[i]);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Ok(r) = self.http.get(&health).send().await {
+                if r.text().await.unwrap_or_default().contains("\"true\"") {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("etcd member m{i} not healthy within 30 s at {health}")
+    }
+
+    /// The members' client URLs.
+    pub fn urls(&self) -> &[String] {
+        &self.clients
+    }
+
+    /// Kills member `i` with SIGKILL.
+    pub async fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// Starts member `i` again on its data folder.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.spawn(i)
+    }
+}

@@ -32,6 +32,7 @@ mod profiles;
 mod properties;
 mod proxy;
 mod queue;
+mod quorum;
 mod remote_deploy;
 mod router;
 mod scheduler;
