@@ -337,3 +337,69 @@ async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
     assert!(logged.contains("node lima's clock is"), "{logged}");
     eprintln!("clock 300 s ahead: {message}; {refused} signatures refused at the cloud");
 }
+
+/// Clients that give up mid-call (`curl --max-time`) while the edge's one instance of `lag`
+/// runs their call: each later call gets its own answer, never an abandoned call's, and once
+/// the abandoned runs ended the node holds no call and no busy instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_hang_up_mid_call_leave_no_call_or_instance_behind() {
+    let root = geofaas_test_support::paths::manifest_dir().join("testdata");
+    let fleet = Fleet::with(Layout {
+        name: "andes",
+        nodes: &NODES,
+        extra: "",
+        functions: Some(&root.join("fault-edge-functions")),
+        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
+        public_ports: HashMap::new(),
+        state_dir: None,
+        node_env: HashMap::new(),
+        rust_log: "warn",
+    });
+    for (id, ..) in NODES {
+        fleet.wait_ready(id).await;
+    }
+    let url = fleet.url("lima", "/fn/lag");
+    let call = |body: &str, max: &str| {
+        fleet.curl(&[
+            "--max-time",
+            max,
+            "-H",
+            "x-client-location: -12.05,-77.04",
+            "--data",
+            body,
+            &url,
+        ])
+    };
+    assert_eq!(call("0 warm", "20"), (200, "warm".to_owned()));
+    let mut hung_up = 0;
+    for i in 0..5 {
+        // curl gives up after 0.3 s of a 1 s call: no status.
+        let (status, _) = call(&format!("1 abandoned-{i}"), "0.3");
+        assert_eq!(status, 0, "call {i} was not cut short");
+        hung_up += 1;
+        let (status, body) = call(&format!("0 own-{i}"), "20");
+        assert_eq!((status, body), (200, format!("own-{i}")));
+    }
+    // Let the abandoned runs end, then nothing is held.
+    let started = Instant::now();
+    let (mut running, mut busy);
+    loop {
+        let (_, state) = fleet.curl(&[&fleet.url("lima", "/ui/node")]);
+        let v: serde_json::Value = serde_json::from_str(&state).unwrap_or_default();
+        running = v["load"]["running"].as_u64();
+        busy = v["load"]["functions"]["lag"]["busy"].as_u64();
+        if running == Some(0) && busy.unwrap_or(0) == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still held 20 s later: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(call("0 after", "20"), (200, "after".to_owned()));
+    eprintln!(
+        "{hung_up} clients hung up mid-call; every next call got its own answer; running {running:?}, busy instances {busy:?} {:?} later",
+        started.elapsed()
+    );
+}

@@ -603,7 +603,14 @@ impl LocalRuntime {
         let headers = request_head(&call, request_id.unwrap_or_default());
         let exec_started = Instant::now();
         let left = budget.saturating_sub(started.elapsed());
-        let call_fut = worker.call(
+        // Until the call's answer is read, the instance is in the call: if this future is
+        // dropped (the client hung up), the guard stops it instead of handing an instance
+        // with an abandoned call's answer still to come to the next caller.
+        let mut guard = InCall(Some(worker));
+        let Some(in_call) = guard.0.as_mut() else {
+            return Err(InvokeError::Unavailable("no instance".into()));
+        };
+        let call_fut = in_call.call(
             &manager.spec,
             &manager.launch,
             &headers,
@@ -613,10 +620,13 @@ impl LocalRuntime {
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(left, call_fut) => outcome,
             () = self.inner.stop.cancelled() => {
-                drop(Object::take(worker));
-                // The function had started: a lost call, not one that never ran.
+                // The guard stops the instance. The function had started: a lost call, not
+                // one that never ran.
                 return Err(InvokeError::Network("the local runtime shut down during the call".into()));
             }
+        };
+        let Some(worker) = guard.0.take() else {
+            return Err(InvokeError::Unavailable("no instance".into()));
         };
         let elapsed = exec_started.elapsed();
         let Ok(done) = outcome else {
@@ -670,6 +680,19 @@ impl LocalRuntime {
             version: manager.spec.version.clone(),
             memory: manager.memory.figure(),
         })
+    }
+}
+
+/// An instance running a call: dropped before the call's answer was read, it is taken out of
+/// the pool and stopped (its process group killed).
+struct InCall(Option<Object<WorkerManager>>);
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.take() {
+            tracing::debug!(pid = ?w.pid(), "call abandoned mid-run: stopping its instance");
+            drop(Object::take(w));
+        }
     }
 }
 
