@@ -407,7 +407,22 @@ pub async fn functions(cmd: FunctionsCommand) -> anyhow::Result<()> {
             let results = nodes
                 .each(|n| nodes.request(reqwest::Method::DELETE, n, &path))
                 .await;
-            report(&results, started, |_| "removed".to_owned())
+            // With a registry a node may have removed it already, following another node's
+            // removal through etcd: that is not a failure, unless no node had it.
+            let any_removed = results.iter().any(|(_, r)| r.is_ok());
+            let results: Vec<_> = results
+                .into_iter()
+                .map(|(n, r)| match r {
+                    Err(e) if any_removed && e.starts_with("404") => {
+                        (n, Ok(serde_json::json!({"already": true})))
+                    }
+                    r => (n, r),
+                })
+                .collect();
+            report(&results, started, |j| match j["already"].as_bool() {
+                Some(true) => "already removed (it followed the fleet)".to_owned(),
+                _ => "removed".to_owned(),
+            })
         }
     }
 }
