@@ -16,6 +16,16 @@ const NODES: [NodeSpec; 2] = [
     ("lima", "edge", -12.05, -77.04),
     ("bogota", "cloud", 4.71, -74.07),
 ];
+/// Lima serving `edge_functions` (the testdata's fault-edge-functions), Bogotá the cloud's.
+fn andes(edge_functions: &std::path::Path) -> Layout<'_> {
+    let cloud = edge_functions.with_file_name("fault-cloud-functions");
+    Layout {
+        functions: Some(edge_functions),
+        node_functions: HashMap::from([("bogota", cloud)]),
+        ..Layout::new("andes", &NODES)
+    }
+}
+
 /// The call deadline the topology sets.
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
@@ -115,16 +125,11 @@ async fn an_edge_whose_link_to_the_cloud_fails_answers_every_call_clearly() {
         "[gateway]\ncall_timeout_ms = {}\n[dns]\nprobe_interval_ms = 500\n",
         CALL_TIMEOUT.as_millis()
     );
+    let edge_functions = root.join("fault-edge-functions");
     let fleet = Fleet::with(Layout {
-        name: "andes",
-        nodes: &NODES,
         extra: &extra,
-        functions: Some(&root.join("fault-edge-functions")),
-        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
         public_ports: HashMap::from([("bogota", proxy_port)]),
-        state_dir: None,
-        node_env: HashMap::new(),
-        rust_log: "warn",
+        ..andes(&edge_functions)
     });
     let cloud = format!("127.0.0.1:{}", fleet.ports["bogota"])
         .parse()
@@ -132,9 +137,7 @@ async fn an_edge_whose_link_to_the_cloud_fails_answers_every_call_clearly() {
     let proxy = FaultProxy::start(format!("127.0.0.1:{proxy_port}").parse().unwrap(), cloud)
         .await
         .unwrap();
-    for (id, ..) in NODES {
-        fleet.wait_ready(id).await;
-    }
+    fleet.wait_all_ready().await;
     let log = fleet.path("tally.txt").to_str().unwrap().to_owned();
     let mut b = Bench {
         fleet,
@@ -285,20 +288,13 @@ async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
         ("FAKETIME".to_owned(), "+300".to_owned()),
         ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
     ];
+    let edge_functions = root.join("fault-edge-functions");
     let fleet = Fleet::with(Layout {
-        name: "andes",
-        nodes: &NODES,
         extra: "[dns]\nprobe_interval_ms = 500\n",
-        functions: Some(&root.join("fault-edge-functions")),
-        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
-        public_ports: HashMap::new(),
-        state_dir: None,
         node_env: HashMap::from([("lima", env)]),
-        rust_log: "warn",
+        ..andes(&edge_functions)
     });
-    for (id, ..) in NODES {
-        fleet.wait_ready(id).await;
-    }
+    fleet.wait_all_ready().await;
     let log = fleet.path("tally.txt");
     let (status, body) = fleet.curl(&[
         "-H",
@@ -344,20 +340,9 @@ async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_hang_up_mid_call_leave_no_call_or_instance_behind() {
     let root = geofaas_test_support::paths::manifest_dir().join("testdata");
-    let fleet = Fleet::with(Layout {
-        name: "andes",
-        nodes: &NODES,
-        extra: "",
-        functions: Some(&root.join("fault-edge-functions")),
-        node_functions: HashMap::from([("bogota", root.join("fault-cloud-functions"))]),
-        public_ports: HashMap::new(),
-        state_dir: None,
-        node_env: HashMap::new(),
-        rust_log: "warn",
-    });
-    for (id, ..) in NODES {
-        fleet.wait_ready(id).await;
-    }
+    let edge_functions = root.join("fault-edge-functions");
+    let fleet = Fleet::with(andes(&edge_functions));
+    fleet.wait_all_ready().await;
     let url = fleet.url("lima", "/fn/lag");
     let call = |body: &str, max: &str| {
         fleet.curl(&[

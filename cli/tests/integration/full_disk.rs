@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::processes::{text, Fleet, Layout, NodeSpec};
+use crate::processes::{greeter, text, Fleet, Layout, NodeSpec};
 
 const NODES: [NodeSpec; 1] = [("quito", "cloud", -0.18, -78.47)];
 
@@ -38,24 +38,6 @@ impl Drop for Tmpfs {
     }
 }
 
-fn function(root: &Path, version: &str, data: usize) -> String {
-    let dir = root.join("greeter");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("fn.py"),
-        format!("def fn(body, headers):\n    return \"greeter {version}\"\n"),
-    )
-    .unwrap();
-    if data > 0 {
-        // Not compressible: the bundle is as large as the data.
-        let bytes: Vec<u8> = (0..data)
-            .map(|i| (i * 7919 % 251) as u8 ^ (i >> 8) as u8)
-            .collect();
-        std::fs::write(dir.join("data.bin"), bytes).unwrap();
-    }
-    dir.to_str().unwrap().to_owned()
-}
-
 /// Fills the disk under `dir` until it refuses another byte.
 fn fill(dir: &Path) -> std::path::PathBuf {
     use std::io::Write;
@@ -77,26 +59,19 @@ async fn a_deploy_onto_a_full_disk_is_refused_clearly_and_the_live_version_keeps
     let state = scratch.path().join("state");
     let _disk = Tmpfs::mount(&state, "4m");
     let fleet = Fleet::with(Layout {
-        name: "quito",
-        nodes: &NODES,
-        extra: "",
-        functions: None,
-        node_functions: Default::default(),
-        public_ports: Default::default(),
         state_dir: Some(state.clone()),
-        node_env: Default::default(),
-        rust_log: "warn",
+        ..Layout::new("quito", &NODES)
     });
     fleet.wait_ready("quito").await;
     let src = scratch.path().join("src");
 
-    let v1 = fleet.geofaas(&["deploy", &function(&src, "v1", 0)]);
+    let v1 = fleet.geofaas(&["deploy", &greeter(&src, "v1", 0)]);
     assert!(v1.status.success(), "{}", text(&v1));
     let call = |fleet: &Fleet| fleet.curl(&["--data", "x", &fleet.url("quito", "/fn/greeter")]);
     assert_eq!(call(&fleet), (200, "greeter v1".to_owned()));
 
     let filler = fill(&state);
-    let v2_dir = function(&src, "v2", 256 * 1024);
+    let v2_dir = greeter(&src, "v2", 256 * 1024);
     let refused = fleet.geofaas(&["deploy", &v2_dir]);
     let said = text(&refused);
     assert!(!refused.status.success(), "{said}");

@@ -47,6 +47,24 @@ pub struct Layout<'a> {
     pub rust_log: &'a str,
 }
 
+impl<'a> Layout<'a> {
+    /// `nodes` under zone `NAME.test.`, nothing else: empty functions folders, no extra
+    /// sections, every node's defaults, logs at `warn`.
+    pub fn new(name: &'a str, nodes: &'a [NodeSpec]) -> Self {
+        Self {
+            name,
+            nodes,
+            extra: "",
+            functions: None,
+            node_functions: HashMap::new(),
+            public_ports: HashMap::new(),
+            state_dir: None,
+            node_env: HashMap::new(),
+            rust_log: "warn",
+        }
+    }
+}
+
 impl Fleet {
     /// Writes `NAME.toml` (zone `NAME.test.`, `extra` before the nodes, every backend serving
     /// `functions`, an empty folder when `None`) and starts every node.
@@ -58,15 +76,10 @@ impl Fleet {
         rust_log: &str,
     ) -> Self {
         Self::with(Layout {
-            name,
-            nodes,
             extra,
             functions,
-            node_functions: HashMap::new(),
-            public_ports: HashMap::new(),
-            state_dir: None,
-            node_env: HashMap::new(),
             rust_log,
+            ..Layout::new(name, nodes)
         })
     }
 
@@ -189,6 +202,13 @@ impl Fleet {
         std::fs::read_to_string(self.path(&format!("{id}.log"))).unwrap_or_default()
     }
 
+    /// Waits until every node is ready.
+    pub async fn wait_all_ready(&self) {
+        for id in self.ports.keys() {
+            self.wait_ready(id).await;
+        }
+    }
+
     pub async fn wait_ready(&self, id: &str) {
         let url = self.url(id, "/readyz");
         for _ in 0..600 {
@@ -240,6 +260,25 @@ impl Drop for Fleet {
             let _ = child.wait();
         }
     }
+}
+
+/// Writes function `greeter` under `root` (a Python function answering `greeter VERSION`),
+/// with `data` bytes of data beside it that do not compress; its folder.
+pub fn greeter(root: &Path, version: &str, data: usize) -> String {
+    let dir = root.join("greeter");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("fn.py"),
+        format!("def fn(body, headers):\n    return \"greeter {version}\"\n"),
+    )
+    .unwrap();
+    if data > 0 {
+        let bytes: Vec<u8> = (0..data)
+            .map(|i| (i * 7919 % 251) as u8 ^ (i >> 8) as u8)
+            .collect();
+        std::fs::write(dir.join("data.bin"), bytes).unwrap();
+    }
+    dir.to_str().unwrap().to_owned()
 }
 
 /// A command's stdout and stderr.

@@ -5,29 +5,17 @@
 //! Both members back: the fleet converges (both nodes listed again by `geofaas fleet ls`) and the
 //! next deploy lands. Calls with `curl`.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use geofaas_test_support::etcd::EtcdCluster;
 
-use crate::processes::{text, Fleet, Layout, NodeSpec};
+use crate::processes::{greeter, text, Fleet, Layout, NodeSpec};
 
 const NODES: [NodeSpec; 2] = [
     ("lima", "edge", -12.05, -77.04),
     ("bogota", "cloud", 4.71, -74.07),
 ];
 const LEASE_S: u64 = 3;
-
-fn function(root: &std::path::Path, version: &str) -> String {
-    let dir = root.join("greeter");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("fn.py"),
-        format!("def fn(body, headers):\n    return \"greeter {version}\"\n"),
-    )
-    .unwrap();
-    dir.to_str().unwrap().to_owned()
-}
 
 /// The greeter's answer at each node, from a client in its area.
 fn answers(fleet: &Fleet) -> Vec<(u16, String)> {
@@ -47,7 +35,7 @@ fn answers(fleet: &Fleet) -> Vec<(u16, String)> {
 
 /// Deploys `version`, waiting (at most 30 s) until both nodes answer with it.
 async fn deploy_everywhere(fleet: &Fleet, src: &std::path::Path, version: &str) {
-    let out = fleet.geofaas(&["deploy", &function(src, version)]);
+    let out = fleet.geofaas(&["deploy", &greeter(src, version, 0)]);
     assert!(out.status.success(), "deploy {version}: {}", text(&out));
     let want = (200, format!("greeter {version}"));
     let started = Instant::now();
@@ -70,19 +58,10 @@ async fn a_fleet_keeps_serving_without_etcd_quorum_and_converges_when_it_returns
         urls.join(", ")
     );
     let fleet = Fleet::with(Layout {
-        name: "andes",
-        nodes: &NODES,
         extra: &extra,
-        functions: None,
-        node_functions: HashMap::new(),
-        public_ports: HashMap::new(),
-        state_dir: None,
-        node_env: HashMap::new(),
-        rust_log: "warn",
+        ..Layout::new("andes", &NODES)
     });
-    for (id, ..) in NODES {
-        fleet.wait_ready(id).await;
-    }
+    fleet.wait_all_ready().await;
     let src = tempfile::tempdir().unwrap();
     deploy_everywhere(&fleet, src.path(), "v1").await;
 
@@ -98,7 +77,7 @@ async fn a_fleet_keeps_serving_without_etcd_quorum_and_converges_when_it_returns
         assert_eq!(answers(&fleet), vec![want.clone(), want.clone()]);
     }
     let started = Instant::now();
-    let refused = fleet.geofaas(&["deploy", &function(src.path(), "v3")]);
+    let refused = fleet.geofaas(&["deploy", &greeter(src.path(), "v3", 0)]);
     let took = started.elapsed();
     let said = text(&refused);
     assert!(!refused.status.success(), "{said}");

@@ -396,22 +396,17 @@ impl Deployer {
     /// by any path, deploy, rollback, removal or the fleet's sync, counts at once). A
     /// function in a percentage rollout keeps its live version's schedules.
     pub fn schedules(&self) -> Vec<(String, Vec<String>)> {
-        let Ok(names) = self.store.names() else {
-            return Vec::new();
-        };
-        names
-            .into_iter()
-            .filter_map(|name| {
-                let live = self.store.state(&name).ok()?.live?;
-                let cron = self.store.version_env(&name, &live).ok()?.cron;
-                (!cron.is_empty()).then_some((name, cron))
-            })
-            .collect()
+        self.live_lists(|env| env.cron)
     }
 
     /// Each deployed function's live queue triggers, read as [`Deployer::schedules`] reads
     /// the schedules.
     pub fn subscriptions(&self) -> Vec<(String, Vec<String>)> {
+        self.live_lists(|env| env.on)
+    }
+
+    /// `list` of each deployed function's live version's environment, where not empty.
+    fn live_lists(&self, list: impl Fn(VersionEnv) -> Vec<String>) -> Vec<(String, Vec<String>)> {
         let Ok(names) = self.store.names() else {
             return Vec::new();
         };
@@ -419,8 +414,8 @@ impl Deployer {
             .into_iter()
             .filter_map(|name| {
                 let live = self.store.state(&name).ok()?.live?;
-                let on = self.store.version_env(&name, &live).ok()?.on;
-                (!on.is_empty()).then_some((name, on))
+                let items = list(self.store.version_env(&name, &live).ok()?);
+                (!items.is_empty()).then_some((name, items))
             })
             .collect()
     }
