@@ -521,7 +521,30 @@ fn up_client(state: &Path) -> reqwest::Client {
         .unwrap()
 }
 
-fn spawn_up(dir: &Path) -> Child {
+/// A `geofaas up` child, killed when dropped (also when an assertion fails first).
+struct UpChild(Child);
+
+impl std::ops::Deref for UpChild {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for UpChild {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for UpChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_up(dir: &Path) -> UpChild {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -538,6 +561,7 @@ fn spawn_up(dir: &Path) -> Child {
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
+        .map(UpChild)
         .unwrap()
 }
 
