@@ -66,7 +66,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         .collect();
     geofaas_dns::write_mmdb(
         &mmdb_path,
-        &geofaas_dns::demo::demo_entries_at(&entries),
+        &geofaas_geo::write::demo_entries_at(&entries),
         geofaas_dns::MmdbSchema::GeoIp2City,
     )
     .context("writing the demo GeoIP database")?;

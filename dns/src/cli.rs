@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use geofaas_config::Topology;
 
-use crate::health::HealthTable;
 use crate::server::{DnsOptions, DnsServer, HealthMode, UdpEngine};
+use geofaas_geo::HealthTable;
 
 /// Flags of `geofaas dns`.
 #[derive(Clone, Debug, clap::Args)]
@@ -51,7 +51,7 @@ pub struct DnsArgs {
 pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
     let mut mmdb = args.mmdb.clone();
     if let Some(path) = &args.demo_mmdb {
-        crate::demo::write_demo_mmdb(path)?;
+        geofaas_geo::write::write_demo_mmdb(path)?;
         mmdb = Some(path.clone());
     }
     let context = || format!("geo DNS for {}", args.config.display());

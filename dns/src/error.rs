@@ -1,7 +1,5 @@
 //! Errors of setting up and running the geo DNS server.
 
-use std::path::PathBuf;
-
 /// Why the DNS server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -9,36 +7,9 @@ pub enum DnsError {
     /// The topology is not usable (invalid, or a zone name hickory rejects).
     #[error("topology: {0}")]
     Topology(String),
-    /// The GeoIP database could not be opened or read.
-    #[error("{path}: cannot read GeoIP database: {message}")]
-    GeoIp {
-        /// The `.mmdb` file.
-        path: PathBuf,
-        /// The reader's message.
-        message: String,
-    },
-    /// A lookup in an opened database failed (corrupt tree or record).
-    #[error("GeoIP lookup failed: {0}")]
-    Lookup(String),
-    /// Writing a database failed.
-    #[error("cannot write GeoIP database {path}: {message}")]
-    Write {
-        /// The `.mmdb` file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
-    /// The CA PEM for health probes could not be read or parsed.
-    #[error("{path}: cannot use as CA for health probes: {message}")]
-    Ca {
-        /// The PEM file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
-    /// Building the HTTP client for health probes failed.
-    #[error("health probe client: {0}")]
-    Probe(String),
+    /// The GeoIP database, or the health probes' set-up (`geofaas-geo`).
+    #[error(transparent)]
+    Geo(#[from] geofaas_geo::GeoError),
     /// Binding or serving a socket failed.
     #[error("{addr}: {source}")]
     Io {
@@ -55,9 +26,10 @@ pub enum DnsError {
 impl DnsError {
     /// Whether the error is the operator's to fix (configuration, files), as opposed to the runtime's.
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            Self::Topology(_) | Self::GeoIp { .. } | Self::Ca { .. } | Self::Write { .. }
-        )
+        match self {
+            Self::Topology(_) => true,
+            Self::Geo(e) => e.is_config(),
+            _ => false,
+        }
     }
 }

@@ -28,9 +28,9 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::MessageResponseBuilder;
 
 use crate::ecs::{find_client_subnet, ClientSubnet};
-use crate::geoip::{GeoDb, NetKey};
-use crate::health::HealthTable;
 use crate::route::{Ranking, Router};
+use geofaas_geo::HealthTable;
+use geofaas_geo::{GeoDb, NetKey};
 
 mod answer;
 mod fast;
@@ -440,7 +440,7 @@ impl RequestHandler for GeoHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{demo_entries, write_mmdb, MmdbEntry, MmdbSchema};
+    use geofaas_geo::write::{demo_entries, write_mmdb, MmdbEntry, MmdbSchema};
 
     #[test]
     fn the_location_cache_holds_one_entry_per_database_network() {

@@ -6,12 +6,12 @@
 //! answer is the edge whose service area contains the point, else the nearest edge within
 //! `dns.max_distance_km`, else the cloud, skipping gateways whose `/readyz` probe failed.
 //!
-//! Modules: [`geoip`] reads the database, [`mod@route`] ranks the nodes for a location, [`health`]
-//! tracks and probes gateway readiness, [`ecs`] validates the ECS option (RFC 7871), [`handler`] answers
+//! Modules: [`mod@route`] ranks the nodes for a location, [`ecs`] validates the ECS option (RFC 7871), [`handler`] answers
 //! queries on hickory-server, [`server`] binds and runs it (TCP on hickory's `Server`; UDP by default on
 //! `udp_batch`: one thread per `SO_REUSEPORT` socket, one socket per CPU unless `--udp-sockets` says
-//! otherwise, each with a batched `recvmmsg`/`sendmmsg` loop; Linux only), [`cli`] is `geofaas dns`, and
-//! [`demo`] writes the demo database `geofaas up` uses.
+//! otherwise, each with a batched `recvmmsg`/`sendmmsg` loop; Linux only), [`cli`] is `geofaas dns`.
+//! Reading the database, the health table and its probes, and the demo database `geofaas up`
+//! writes are `geofaas-geo`'s, shared with the gateway (re-exported here).
 //!
 //! The hot query over UDP, `gw.<zone>` A/AAAA with or without ECS, skips hickory's message types: it is
 //! parsed in place and answered from a wire template per node and record type that hickory's encoder
@@ -24,21 +24,18 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-pub mod demo;
 pub mod ecs;
 mod error;
-pub mod geoip;
 pub mod handler;
-pub mod health;
 pub mod route;
 pub mod server;
 #[cfg(target_os = "linux")]
 pub mod udp_batch;
 
 pub use cli::{run_cli, DnsArgs};
-pub use demo::{write_demo_mmdb, write_mmdb, MmdbEntry, MmdbSchema};
 pub use error::DnsError;
-pub use geoip::GeoDb;
+pub use geofaas_geo::{
+    write_demo_mmdb, write_mmdb, GeoDb, GeoError, HealthTable, MmdbEntry, MmdbSchema,
+};
 pub use handler::GeoHandler;
-pub use health::HealthTable;
 pub use server::{serve, DnsOptions, DnsServer, HealthMode, UdpEngine};

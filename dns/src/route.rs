@@ -12,7 +12,7 @@ use geofaas_config::{LatLon, NodeConfig, Role, ServiceMap, Topology};
 use url::{Host, Url};
 
 use crate::error::DnsError;
-use crate::health::HealthTable;
+use geofaas_geo::HealthTable;
 
 /// A node as DNS answers it.
 #[derive(Clone, Debug, PartialEq)]

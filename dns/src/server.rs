@@ -18,10 +18,10 @@ use tokio::net::{TcpListener, UdpSocket};
 use url::Url;
 
 use crate::error::DnsError;
-use crate::geoip::GeoDb;
 use crate::handler::GeoHandler;
-use crate::health::{spawn_probers, HealthTable};
 use crate::route::Router;
+use geofaas_geo::health::{spawn_probers, HealthTable};
+use geofaas_geo::GeoDb;
 
 /// A TCP client that sends no complete query for this long is disconnected.
 const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -130,7 +130,7 @@ impl DnsServer {
                 });
                 let interval = Duration::from_millis(topology.dns.probe_interval_ms.max(1));
                 // Build the client once now so that a bad CA file fails at start, not in a task.
-                crate::health::probe_client(ca.as_deref(), interval)?;
+                geofaas_geo::health::probe_client(ca.as_deref(), interval)?;
                 let urls = router
                     .nodes()
                     .iter()

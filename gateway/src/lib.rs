@@ -305,7 +305,7 @@ pub async fn run_node(
 
 /// The mmdb of the DNS crate as the gateway's IP locator.
 #[derive(Debug)]
-pub struct MmdbLocator(pub geofaas_dns::GeoDb);
+pub struct MmdbLocator(pub geofaas_geo::GeoDb);
 
 impl GeoLocator for MmdbLocator {
     fn locate(&self, ip: std::net::IpAddr) -> Option<LatLon> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::{NodeEntry, ServiceMap};
-use geofaas_dns::HealthTable;
+use geofaas_geo::HealthTable;
 use tokio::task::JoinSet;
 
 use crate::profiles::ProfileBook;

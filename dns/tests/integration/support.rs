@@ -40,7 +40,7 @@ pub fn topology(ports: [u16; 3], probe_interval_ms: u64) -> Topology {
 
 /// The test database entries: the demo ranges, loopback sources, and a /20 for scope checks.
 pub fn entries() -> Vec<MmdbEntry> {
-    let mut e = geofaas_dns::demo::demo_entries();
+    let mut e = geofaas_geo::write::demo_entries();
     let add = |net: &str, city: &str, lat, lon| MmdbEntry {
         network: net.parse().expect("valid network"),
         city: city.into(),

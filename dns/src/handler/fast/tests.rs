@@ -7,11 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
-use crate::demo::{demo_entries, write_mmdb, MmdbEntry, MmdbSchema};
 use crate::handler::GeoHandler;
-use crate::health::HealthTable;
 use crate::route::Router;
 use crate::GeoDb;
+use geofaas_geo::write::{demo_entries, write_mmdb, MmdbEntry, MmdbSchema};
+use geofaas_geo::HealthTable;
 
 /// The Berlin topology with potsdam on IPv6 only, so that both A and AAAA have answers and no-data
 /// answers; and a database with IPv4 and IPv6 networks of several lengths.

@@ -1,9 +1,9 @@
 //! Gateway health as DNS sees it: a shared table of healthy flags, and the prober that fills it from
 //! each gateway's `GET /readyz`.
 //!
-//! The table is the pluggable part: [`crate::HealthMode::Manual`] hands one to the server and lets the
-//! caller (a test, or a gateway that already tracks its peers) set the flags; [`crate::HealthMode::Probe`]
-//! runs [`spawn_probers`]. A probe that fails (connection error, TLS error, timeout, or a non-2xx status)
+//! The table is the pluggable part: the DNS server's manual mode takes one and lets the caller (a
+//! test, or a gateway that already tracks its peers) set the flags; its probe mode runs
+//! [`spawn_probers`]. A probe that fails (connection error, TLS error, timeout, or a non-2xx status)
 //! withdraws the node at once; the next successful probe restores it. Probes run every
 //! `dns.probe_interval_ms` with a timeout of three quarters of it, so a gateway that stops is withdrawn
 //! within two intervals.
@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use url::Url;
 
-use crate::error::DnsError;
+use crate::error::GeoError;
 
-/// Healthy flags of the topology's nodes, indexed like [`crate::route::Router::nodes`]. Cheap to clone;
+/// Healthy flags of the topology's nodes, indexed like the DNS router's nodes. Cheap to clone;
 /// clones share the flags. Every node starts healthy.
 #[derive(Clone, Debug)]
 pub struct HealthTable {
@@ -70,7 +70,7 @@ impl HealthTable {
 
 /// Builds the probe client: HTTPS with rustls, trusting the built-in roots plus the PEM CA bundle at
 /// `ca` (the gateways' self-signed CA), no proxy, and a per-request timeout.
-pub fn probe_client(ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Client, DnsError> {
+pub fn probe_client(ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Client, GeoError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .no_proxy()
@@ -78,7 +78,7 @@ pub fn probe_client(ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Cli
         .connect_timeout(timeout)
         .pool_max_idle_per_host(1);
     if let Some(path) = ca {
-        let ca_err = |message: String| DnsError::Ca {
+        let ca_err = |message: String| GeoError::Ca {
             path: path.to_owned(),
             message,
         };
@@ -92,7 +92,7 @@ pub fn probe_client(ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Cli
             builder = builder.add_root_certificate(cert);
         }
     }
-    builder.build().map_err(|e| DnsError::Probe(e.to_string()))
+    builder.build().map_err(|e| GeoError::Probe(e.to_string()))
 }
 
 /// Starts one probe task per node (`urls` indexed like the table) that checks `<url>/readyz` every
@@ -102,7 +102,7 @@ pub fn spawn_probers(
     table: HealthTable,
     interval: Duration,
     ca: Option<&Path>,
-) -> Result<JoinSet<()>, DnsError> {
+) -> Result<JoinSet<()>, GeoError> {
     let client = probe_client(ca, interval.mul_f64(0.75))?;
     let mut set = JoinSet::new();
     for (i, url) in urls.into_iter().enumerate() {

@@ -12,7 +12,7 @@ use geofaas_config::LatLon;
 use maxminddb::Reader;
 use serde::Deserialize;
 
-use crate::error::DnsError;
+use crate::error::GeoError;
 
 /// A matched database network: its address with the host bits cleared, and its prefix length.
 pub type NetKey = (IpAddr, u8);
@@ -88,8 +88,8 @@ impl Record {
 
 impl GeoDb {
     /// Opens and checks the database file.
-    pub fn open(path: &Path) -> Result<Self, DnsError> {
-        let reader = Reader::open_readfile(path).map_err(|e| DnsError::GeoIp {
+    pub fn open(path: &Path) -> Result<Self, GeoError> {
+        let reader = Reader::open_readfile(path).map_err(|e| GeoError::GeoIp {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
@@ -106,7 +106,7 @@ impl GeoDb {
 
     /// The network of the database that contains `ip`, and the position recorded for it (`None` when
     /// the network has no record or no coordinates).
-    pub fn locate(&self, ip: IpAddr) -> Result<(NetKey, Option<LatLon>), DnsError> {
+    pub fn locate(&self, ip: IpAddr) -> Result<(NetKey, Option<LatLon>), GeoError> {
         self.locate_with(ip, |_| None, |loc| loc)
             .map(|(key, loc, _)| (key, loc))
     }
@@ -119,17 +119,17 @@ impl GeoDb {
         ip: IpAddr,
         cached: impl FnOnce(&NetKey) -> Option<V>,
         build: impl FnOnce(Option<LatLon>) -> V,
-    ) -> Result<(NetKey, V, bool), DnsError> {
+    ) -> Result<(NetKey, V, bool), GeoError> {
         let hit = self
             .reader
             .lookup(ip)
-            .map_err(|e| DnsError::Lookup(e.to_string()))?;
-        let network = hit.network().map_err(|e| DnsError::Lookup(e.to_string()))?;
+            .map_err(|e| GeoError::Lookup(e.to_string()))?;
+        let network = hit.network().map_err(|e| GeoError::Lookup(e.to_string()))?;
         let key = (network.network(), network.prefix());
         if let Some(v) = cached(&key) {
             return Ok((key, v, false));
         }
-        let record: Option<Record> = hit.decode().map_err(|e| DnsError::Lookup(e.to_string()))?;
+        let record: Option<Record> = hit.decode().map_err(|e| GeoError::Lookup(e.to_string()))?;
         Ok((key, build(record.and_then(|r| r.position())), true))
     }
 }
@@ -137,7 +137,7 @@ impl GeoDb {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{demo_entries, write_mmdb, MmdbSchema};
+    use crate::write::{demo_entries, write_mmdb, MmdbSchema};
 
     #[test]
     fn both_schemas_give_the_position_and_the_matched_network() {

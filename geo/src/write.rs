@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use mmdb_writer::Writer;
 use serde::Serialize;
 
-use crate::error::DnsError;
+use crate::error::GeoError;
 
 /// Which record layout to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,14 +108,14 @@ pub fn demo_entries_at(places: &[(&str, f64, f64)]) -> Vec<MmdbEntry> {
 
 /// Writes the demo database: 192.0.2.0/24 in Berlin, 198.51.100.0/24 in Potsdam, 203.0.113.0/24 in
 /// London (GeoIP2 City schema).
-pub fn write_demo_mmdb(path: &Path) -> Result<(), DnsError> {
+pub fn write_demo_mmdb(path: &Path) -> Result<(), GeoError> {
     write_mmdb(path, &demo_entries(), MmdbSchema::GeoIp2City)
 }
 
 /// Writes `entries` as a `.mmdb` file in the given schema (an IPv6 database, IPv4 networks in its
 /// IPv4 subtree, as MaxMind ships them).
-pub fn write_mmdb(path: &Path, entries: &[MmdbEntry], schema: MmdbSchema) -> Result<(), DnsError> {
-    let fail = |message: String| DnsError::Write {
+pub fn write_mmdb(path: &Path, entries: &[MmdbEntry], schema: MmdbSchema) -> Result<(), GeoError> {
+    let fail = |message: String| GeoError::Write {
         path: path.to_owned(),
         message,
     };
