@@ -149,6 +149,7 @@ async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         state_dir: Some(crate::up::node_state_dir(&args.state_dir, &node.id)),
         shared_dir: Some(args.state_dir.clone()),
         queue,
+        observers: Vec::new(),
     };
     let listener = tokio::net::TcpListener::bind(node.listen)
         .await

@@ -90,6 +90,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         // `up` keeps each node's accepted calls in its journal; `[queue]` is for fleets of
         // `geofaas node`s.
         queue: None,
+        observers: Vec::new(),
     };
     let mut nodes = Vec::new();
     for node in &topology.nodes {

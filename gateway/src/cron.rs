@@ -407,7 +407,7 @@ pub(crate) fn platform_call(
         method: Method::POST,
         path_and_query,
         headers,
-        context: crate::geo::context(crate::routes::here(&state.place), None, &request_id),
+        context: crate::geo::context(crate::pipeline::here(&state.place), None, &request_id),
         body,
         location: None,
         received: Instant::now(),

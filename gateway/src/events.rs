@@ -1,8 +1,8 @@
 //! The call stream: `GET /events`, one Server-Sent Event per call this node answered, and the
 //! recent latencies `/ui/state` reports.
 //!
-//! Every answered `/fn/{name}` call passes [`Seen::publish`] once, where `routes::call`
-//! finishes the answer. With nobody subscribed that costs two atomic operations (the latency
+//! Every answered `/fn/{name}` call passes the [`CallStream`] observer once, when the pipeline
+//! has its answer (`crate::pipeline::observe`). With nobody subscribed that costs two atomic operations (the latency
 //! ring) and one load; with subscribers the event is serialised once and offered to each
 //! subscriber's bounded queue ([`QUEUE`] events) with `try_send`: a subscriber whose queue is
 //! full loses the event, which is counted (`geofaas_events_dropped_total` and the
@@ -24,11 +24,11 @@
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, Response, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::{Stream, StreamExt as _};
@@ -36,11 +36,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
-use crate::geo::ClientLocation;
-use crate::headers::name::{
-    COLD_START, FUNCTION_VERSION, OFFLOADED_FROM, PLACEMENT, PLACEMENT_REASON, SERVED_BY,
-};
-use crate::node::{Live, NodeState};
+use crate::node::Live;
+use crate::pipeline::{CallCtx, Done, Observer};
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
 pub const QUEUE: usize = 512;
@@ -177,58 +174,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What the route learnt about a call on the way (its location, a handover), for its event.
-/// Filled only while someone reads the stream.
-#[derive(Debug, Default)]
-pub struct Seen {
-    function: Option<String>,
-    location: Option<ClientLocation>,
-    forwarded: bool,
-    handover: Option<String>,
+/// The call stream as an observer of finished calls: the latency of each call that ran, for
+/// `/ui/state`, and with subscribers each answered call's event. Never waits.
+#[derive(Debug)]
+pub struct CallStream {
+    bus: Arc<EventBus>,
+    metrics: Arc<crate::metrics::NodeMetrics>,
+    node: String,
 }
 
-impl Seen {
-    /// A call of `function` arriving at a node with this call stream.
-    pub fn new(events: &EventBus, function: &str) -> Self {
+impl CallStream {
+    /// The stream of node `node`, counting lost events in `metrics`.
+    pub fn new(bus: Arc<EventBus>, metrics: Arc<crate::metrics::NodeMetrics>, node: &str) -> Self {
         Self {
-            function: events.watched().then(|| function.to_owned()),
-            ..Self::default()
+            bus,
+            metrics,
+            node: node.to_owned(),
         }
     }
+}
 
-    /// The client's location as the route found it, and whether another node signed the call.
-    pub fn located(&mut self, location: Option<&ClientLocation>, signed: bool) {
-        if self.function.is_some() {
-            self.location = location.cloned();
-            self.forwarded = signed;
+impl Observer for CallStream {
+    fn finished(&self, call: &CallCtx, status: StatusCode) {
+        if let Some(done) = call.done.as_ref().filter(|d| d.placement.is_some()) {
+            self.bus.record_latency(done.elapsed);
         }
-    }
-
-    /// The call is handed over to node `to` with a `307`.
-    pub fn handed_over(&mut self, to: &str) {
-        if self.function.is_some() {
-            self.handover = Some(to.to_owned());
-        }
-    }
-
-    /// The call was answered with `resp`: with subscribers, sends its event. Never waits.
-    pub fn publish(
-        mut self,
-        state: &NodeState,
-        received: Instant,
-        request_id: &HeaderValue,
-        resp: &Response<Body>,
-    ) {
-        let Some(function) = self.function.take() else {
+        // An accepted async call's event is its `202`; its tries in the background have none.
+        if call.background || !self.bus.watched() {
             return;
-        };
-        let latency = received.elapsed();
-        let event = CallEvent::of(state, function, self, latency, request_id, resp);
+        }
+        let event = CallEvent::of(&self.node, call, status, call.received.elapsed());
         let Ok(json) = serde_json::to_string(&event) else {
             return;
         };
-        for _ in 0..state.telemetry.events.send(json.into()) {
-            state.telemetry.metrics.events_dropped();
+        for _ in 0..self.bus.send(json.into()) {
+            self.metrics.events_dropped();
         }
     }
 }
@@ -287,41 +267,41 @@ pub struct Target {
 }
 
 impl CallEvent {
-    fn of(
-        state: &NodeState,
-        function: String,
-        seen: Seen,
-        latency: Duration,
-        request_id: &HeaderValue,
-        resp: &Response<Body>,
-    ) -> Self {
-        let h = resp.headers();
-        let text = |name: HeaderName| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let status = resp.status().as_u16();
-        let node = text(SERVED_BY).filter(|_| seen.handover.is_none() && status != 307);
-        let offload = text(OFFLOADED_FROM)
+    fn of(at: &str, call: &CallCtx, status: StatusCode, latency: Duration) -> Self {
+        let done = call.done.as_ref();
+        let status = status.as_u16();
+        let node = done
+            .and_then(|d| d.node(at))
+            .filter(|_| call.handover.is_none() && status != 307)
+            .map(str::to_owned);
+        let offload = done
+            .filter(|d| d.remote.is_some())
             .and(node.clone())
             .map(|to| Target { to });
         Self {
-            id: String::from_utf8_lossy(request_id.as_bytes()).into_owned(),
+            id: String::from_utf8_lossy(call.request_id.as_bytes()).into_owned(),
             ts_ms: now_ms(),
-            at: state.place.id.clone(),
-            function,
+            at: at.to_owned(),
+            function: call.function.clone(),
             node,
             status,
             latency_ms: (latency.as_micros() as f64) / 1000.0,
-            placement: text(PLACEMENT),
-            reason: text(PLACEMENT_REASON),
-            cold_start: h.get(COLD_START).map(|v| v == "true"),
-            version: text(FUNCTION_VERSION),
-            client: seen.location.map(|l| ClientPoint {
+            placement: done
+                .and_then(|d| d.placement)
+                .map(|(ran, _)| ran.label().to_owned()),
+            reason: done
+                .and_then(|d| d.placement)
+                .map(|(_, why)| why.to_owned()),
+            cold_start: done.and_then(Done::cold_start),
+            version: done.and_then(Done::version).map(str::to_owned),
+            client: call.location.as_ref().map(|l| ClientPoint {
                 lat: l.point.lat,
                 lon: l.point.lon,
                 source: l.source.as_str().to_owned(),
             }),
-            handover: seen.handover.map(|to| Target { to }),
+            handover: call.handover.clone().map(|to| Target { to }),
             offload,
-            forwarded: seen.forwarded,
+            forwarded: call.forwarded,
         }
     }
 }

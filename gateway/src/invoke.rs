@@ -20,8 +20,10 @@
 //!    client's `404`, anything else a `5xx` naming the last failure (with the backend's
 //!    `Retry-After` when it was overloaded).
 //!
-//! [`run`] returns an [`Outcome`], whose answer says where the call ran and why
-//! (`X-Placement`, `X-Placement-Reason`); [`Outcome::into_response`] turns it into the answer.
+//! [`run`] returns an [`Outcome`]: the function's answer (or another node's, or the error) with
+//! the facts of where and how it ran. It writes no header of the platform's and records no
+//! metric: the pipeline renders the answer's headers from those facts once
+//! ([`crate::pipeline::CallCtx::finish_run`]) and hands them to the observers.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
-use axum::response::IntoResponse;
 use bytes::Bytes;
 use geofaas_config::LatLon;
 use geofaas_functions::{
@@ -37,9 +38,7 @@ use geofaas_functions::{
 };
 
 use crate::error::ApiError;
-use crate::headers::name::{
-    COLD_START, FUNCTION_VERSION, PLACEMENT, PLACEMENT_REASON, SERVED_BY, SERVER_TIMING,
-};
+use crate::headers::name::{COLD_START, FUNCTION_VERSION, SERVED_BY};
 use crate::node::NodeState;
 use crate::placement::{self, Facts, FailedAt, Plan, Policy, Refusal};
 pub use crate::placement::{why, OffloadReason};
@@ -115,22 +114,12 @@ impl Ran {
 pub enum Outcome {
     /// A backend of this node answered.
     Served {
-        /// Its answer.
+        /// Its answer: the function's status, headers and body.
         answer: Response<Body>,
-        /// In a warm or a new instance.
-        ran: Ran,
-        /// The policy's name, or one of [`why`].
-        why: &'static str,
-        /// Its wait for admission (the node's profile of the function leaves it out of a
-        /// warm call's time).
-        queued: Duration,
-        /// Its instance's cold start, zero when warm (left out the same way).
-        cold: Duration,
-        /// What the backend reported of the run, for the node's profiles ([`crate::profiles`]).
-        backend: BackendRun,
-        /// Other calls holding admission permits here when it got its own: what it shared the
-        /// node's cores with (with the count at its end, [`crate::profiles::alone_ms`]).
-        others: usize,
+        /// How it ran here.
+        run: LocalRun,
+        /// The latency the policy expected when it placed the call.
+        predicted: Option<f64>,
     },
     /// Another node (the cloud or a neighbouring edge) answered for this edge.
     Offloaded {
@@ -140,11 +129,68 @@ pub enum Outcome {
         ran: Ran,
         /// The policy's name when it placed the call, else the reason's label.
         why: &'static str,
-        /// The other node's answer, marked `X-Offloaded-From`.
+        /// The other node's answer, as it came.
         answer: Response<Body>,
+        /// What that answer says of the run.
+        remote: Remote,
+        /// The latency the policy expected when it placed the call.
+        predicted: Option<f64>,
     },
     /// No node could answer; the error says why.
     Failed(ApiError),
+}
+
+/// How a call ran on this node's backend.
+#[derive(Debug, Clone)]
+pub struct LocalRun {
+    /// In a warm or a new instance.
+    pub ran: Ran,
+    /// The policy's name, or one of [`why`].
+    pub why: &'static str,
+    /// Deciding where to serve it.
+    pub route: Duration,
+    /// Its wait for admission (the node's profile of the function leaves it out of a warm
+    /// call's time).
+    pub queued: Duration,
+    /// The policy's decision, when a policy decided.
+    pub sched: Option<Duration>,
+    /// What the backend reported of the run (its cold start is zero when warm).
+    pub backend: BackendRun,
+    /// The version of the function that answered.
+    pub version: Option<Arc<str>>,
+    /// Other calls holding admission permits here when it got its own: what it shared the
+    /// node's cores with (with [`LocalRun::others_now`], [`crate::profiles::alone_ms`]).
+    pub others: usize,
+    /// Calls holding permits when it ended.
+    pub others_now: usize,
+}
+
+/// What another node's answer says of the run there (its `X-Served-By`, `X-Cold-Start`,
+/// `X-Function-Version` and `Server-Timing`), read once when the answer arrives.
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    /// The node that ran it.
+    pub node: Option<String>,
+    /// Whether it started an instance.
+    pub cold_start: Option<bool>,
+    /// The version that answered.
+    pub version: Option<String>,
+    /// The time that node accounted for (its `Server-Timing`), ms.
+    pub accounted_ms: f64,
+}
+
+impl Remote {
+    /// The facts of another node's answer `answer`.
+    pub fn of(answer: &Response<Body>) -> Self {
+        let h = answer.headers();
+        let text = |n: HeaderName| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Self {
+            node: text(SERVED_BY),
+            cold_start: h.get(COLD_START).map(|v| v == "true"),
+            version: text(FUNCTION_VERSION),
+            accounted_ms: crate::profiles::Timing::of(h).total(),
+        }
+    }
 }
 
 /// What a backend reported of a call it ran, beyond its answer.
@@ -199,22 +245,10 @@ impl Outcome {
     pub fn placement(&self) -> Option<(Ran, &'static str)> {
         match self {
             Self::Offloaded { answer, .. } if answer.status() == StatusCode::NOT_FOUND => None,
-            Self::Served { ran, why, .. } | Self::Offloaded { ran, why, .. } => Some((*ran, why)),
+            Self::Served { run, .. } => Some((run.ran, run.why)),
+            Self::Offloaded { ran, why, .. } => Some((*ran, why)),
             Self::Failed(_) => None,
         }
-    }
-
-    /// Puts `X-Placement` and `X-Placement-Reason` on the answer of a call that ran.
-    fn mark(&mut self) {
-        let Some((ran, why)) = self.placement() else {
-            return;
-        };
-        let (Self::Served { answer, .. } | Self::Offloaded { answer, .. }) = self else {
-            return;
-        };
-        let h = answer.headers_mut();
-        h.insert(PLACEMENT, HeaderValue::from_static(ran.label()));
-        h.insert(PLACEMENT_REASON, HeaderValue::from_static(why));
     }
 
     /// The answer's status.
@@ -225,52 +259,32 @@ impl Outcome {
         }
     }
 
-    /// The answer to send.
-    pub fn into_response(self) -> Response<Body> {
+    /// The latency the policy expected, when it placed the call.
+    pub fn predicted(&self) -> Option<f64> {
         match self {
-            Self::Served { answer: r, .. } | Self::Offloaded { answer: r, .. } => r,
-            Self::Failed(e) => e.into_response(),
+            Self::Served { predicted, .. } | Self::Offloaded { predicted, .. } => *predicted,
+            Self::Failed(_) => None,
         }
     }
 
-    /// The answer as the idempotency cache and activations keep it.
-    pub fn into_result(self) -> Result<Response<Body>, ApiError> {
-        match self {
-            Self::Served { answer: r, .. } | Self::Offloaded { answer: r, .. } => Ok(r),
-            Self::Failed(e) => Err(e),
+    fn expecting(mut self, expected: Option<f64>) -> Self {
+        if let Self::Served { predicted, .. } | Self::Offloaded { predicted, .. } = &mut self {
+            *predicted = expected;
         }
+        self
     }
 }
 
-/// Runs the call here or in the cloud and records its metrics.
-pub async fn run(state: &Arc<NodeState>, call: Call) -> Outcome {
-    let received = call.received;
+/// Runs the call here or in the cloud.
+pub async fn run(state: &Arc<NodeState>, call: &Call) -> Outcome {
     let mut predicted = None;
-    let mut outcome = decide_and_run(state, &call, &mut predicted).await;
-    outcome.mark();
-    let elapsed = received.elapsed();
-    crate::profiles::settle(
-        state,
-        &call.function,
-        &mut outcome,
-        predicted,
-        received,
-        elapsed,
-    );
-    if let Some((ran, why)) = outcome.placement() {
-        state.telemetry.metrics.placement(ran.label(), why);
-        state.telemetry.events.record_latency(elapsed);
-    }
-    // A name no node serves (404, here or from the cloud) is whatever the client sent: keep it
-    // out of the labels.
-    let known = outcome.status() != StatusCode::NOT_FOUND;
-    state.telemetry.metrics.call(
-        if known { &call.function } else { "_unknown" },
-        outcome.label(),
-        outcome.ran(),
-        elapsed,
-    );
-    outcome
+    let outcome = decide_and_run(state, call, &mut predicted).await;
+    // The prediction stands beside the call only when the policy placed it.
+    let policy = state.scheduling.policy.as_ref().map(|s| s.name());
+    let placed_by_policy = outcome
+        .placement()
+        .is_some_and(|(_, why)| Some(why) == policy);
+    outcome.expecting(predicted.filter(|_| placed_by_policy))
 }
 
 /// Gathers the call's facts, asks [`placement::place`] for the plan and carries it out;
@@ -296,7 +310,7 @@ async fn decide_and_run(
     if facts.served_here {
         // An edge at capacity places the call elsewhere instead of queueing the client behind
         // other calls; a node that cannot hand it on queues it.
-        permit = if facts.may_forward() {
+        permit = if !placement::waits_for_admission(&facts) {
             state.intake.admission.try_acquire().ok()
         } else {
             match state.intake.admission.try_acquire() {
@@ -343,34 +357,38 @@ async fn decide_and_run(
     let queued = call.received.elapsed().saturating_sub(call.route_time);
     match placement::place(&facts) {
         Plan::Serve { container, why } => {
-            let timing = Timing {
-                route: call.route_time,
-                queue: queued,
-                sched,
-            };
             let served = serve_here(state, &here, &facts, call, deadline, container).await;
             drop(permit);
             match served {
-                Ok((out, kind)) => Outcome::Served {
-                    ran: if out.cold_start {
-                        Ran::LocalNew
-                    } else {
-                        Ran::LocalWarm
-                    },
-                    queued,
-                    cold: out.cold,
-                    backend: BackendRun::of(kind, &out),
-                    others,
-                    answer: local_response(state, call, out, timing),
-                    why,
-                },
-                Err((plan, err)) => Box::pin(carry_out(state, call, plan, &err)).await,
+                Ok((out, kind)) => {
+                    let run = LocalRun {
+                        ran: if out.cold_start {
+                            Ran::LocalNew
+                        } else {
+                            Ran::LocalWarm
+                        },
+                        why,
+                        route: call.route_time,
+                        queued,
+                        sched,
+                        backend: BackendRun::of(kind, &out),
+                        version: out.version.clone(),
+                        others,
+                        others_now: state.intake.running(&state.place.topology),
+                    };
+                    Outcome::Served {
+                        answer: local_response(state, call, out),
+                        run,
+                        predicted: None,
+                    }
+                }
+                Err((plan, err)) => Box::pin(carry_out(state, call, &facts, plan, &err)).await,
             }
         }
         plan => {
             drop(permit);
             let err = InvokeError::UnknownFunction(call.function.clone());
-            Box::pin(carry_out(state, call, plan, &err)).await
+            Box::pin(carry_out(state, call, &facts, plan, &err)).await
         }
     }
 }
@@ -379,10 +397,18 @@ async fn decide_and_run(
 /// here, if any (what a [`Refusal::Failed`] answers). Its callers box it: kept out of line, its
 /// futures (the forwards, their retries) do not enlarge every served call's future, which is
 /// moved into place on each call.
-async fn carry_out(state: &NodeState, call: &Call, plan: Plan, err: &InvokeError) -> Outcome {
+async fn carry_out(
+    state: &NodeState,
+    call: &Call,
+    facts: &Facts,
+    plan: Plan,
+    err: &InvokeError,
+) -> Outcome {
     match plan {
         Plan::Offload { reason, why } => offload(state, call, reason, why).await,
-        Plan::Forward { neighbor, why } => forward_to_neighbor(state, call, neighbor, why).await,
+        Plan::Forward { neighbor, why } => {
+            forward_to_neighbor(state, call, facts, neighbor, why).await
+        }
         Plan::Refuse(refusal) => Outcome::Failed(refuse(refusal, &call.function, err)),
         // Never planned after a failure.
         Plan::Serve { .. } => Outcome::Failed(ApiError::from_invoke(&call.function, err)),
@@ -402,6 +428,7 @@ fn refuse(refusal: Refusal, function: &str, err: &InvokeError) -> ApiError {
 async fn forward_to_neighbor(
     state: &NodeState,
     call: &Call,
+    facts: &Facts,
     neighbor: usize,
     policy: &'static str,
 ) -> Outcome {
@@ -430,20 +457,14 @@ async fn forward_to_neighbor(
                 reason: OffloadReason::Scheduler,
                 ran: Ran::Neighbor,
                 why: policy,
+                remote: Remote::of(&answer),
                 answer,
+                predicted: None,
             }
         }
         Err(e) => e,
     };
-    let facts = Facts {
-        served_here: true,
-        cloud_serves: state.directory.cloud_serves(&call.function),
-        has_cloud: true,
-        pinned: false,
-        admitted: true,
-        policy: Policy::None,
-    };
-    let plan = placement::after_failure(&facts, FailedAt::Neighbor, &err, false)
+    let plan = placement::after_failure(facts, FailedAt::Neighbor, &err, false)
         .unwrap_or(Plan::Refuse(Refusal::Failed));
     match plan {
         Plan::Offload { reason, why } => offload(state, call, reason, why).await,
@@ -512,11 +533,15 @@ async fn offload(
             reason,
             ran: Ran::Cloud,
             why,
+            remote: Remote::of(&answer),
             answer,
+            predicted: None,
         },
-        // A full edge whose cloud is unreachable sheds the call at once.
-        Err(_) if reason == OffloadReason::Overloaded => Outcome::Failed(overloaded()),
-        Err(e) => Outcome::Failed(ApiError::from_forward(&e)),
+        Err(e) => Outcome::Failed(match placement::cloud_failed(reason) {
+            // A full edge whose cloud is unreachable sheds the call at once.
+            Refusal::Overloaded => overloaded(),
+            Refusal::Failed | Refusal::UnknownFunction => ApiError::from_forward(&e),
+        }),
     }
 }
 
@@ -591,35 +616,9 @@ async fn serve_here(
     Err((Plan::Refuse(Refusal::Failed), e))
 }
 
-/// Durations the gateway measured itself, for `Server-Timing`.
-struct Timing {
-    route: Duration,
-    queue: Duration,
-    sched: Option<Duration>,
-}
-
-fn local_response(state: &NodeState, call: &Call, out: InvokeOutput, t: Timing) -> Response<Body> {
-    let mut timing = String::with_capacity(96);
-    for (i, (name, d)) in [
-        ("route", t.route),
-        ("queue", t.queue),
-        ("cold", out.cold),
-        ("exec", out.exec),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        if i > 0 {
-            timing.push_str(", ");
-        }
-        timing.push_str(name);
-        timing.push_str(";dur=");
-        push_ms(&mut timing, d);
-    }
-    if let Some(d) = t.sched {
-        timing.push_str(", sched;dur=");
-        push_ms(&mut timing, d);
-    }
+/// The function's answer as the client receives it, before the platform's headers: its status,
+/// its own headers (a `Content-Type` when it named none) and its body, streamed.
+fn local_response(state: &NodeState, call: &Call, out: InvokeOutput) -> Response<Body> {
     let metrics = &state.telemetry.metrics;
     let mut resp = Response::new(crate::stream::body(
         out.body,
@@ -629,32 +628,20 @@ fn local_response(state: &NodeState, call: &Call, out: InvokeOutput, t: Timing) 
     ));
     *resp.status_mut() = out.status;
     let h = resp.headers_mut();
-    // The function's own headers, then the platform's; room for these, the placement headers
-    // and the request id: the map does not grow.
+    // Room for the platform's headers ([`crate::pipeline`]): the map does not grow.
     *h = out.headers;
     h.reserve(13);
     h.entry(header::CONTENT_TYPE)
         .or_insert(HeaderValue::from_static(
             geofaas_functions::http_fn::DEFAULT_CONTENT_TYPE,
         ));
-    h.insert(SERVED_BY, state.place.id_header.clone());
-    h.insert(
-        COLD_START,
-        HeaderValue::from_static(if out.cold_start { "true" } else { "false" }),
-    );
-    if let Ok(v) = HeaderValue::try_from(timing) {
-        h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
-    }
-    if let Some(v) = out.version.and_then(|v| HeaderValue::from_str(&v).ok()) {
-        h.insert(FUNCTION_VERSION, v);
-    }
     resp
 }
 
 /// Appends `d` in milliseconds with three decimals (`12.345`), as `{:.3}` would print it, with
 /// integer arithmetic: float formatting was the costliest part of building a response. In `u64`
 /// (584 years of nanoseconds): `Duration::as_nanos` is a `u128`, whose divisions are library calls.
-fn push_ms(out: &mut String, d: Duration) {
+pub(crate) fn push_ms(out: &mut String, d: Duration) {
     let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
     let micros = nanos / 1000 + u64::from(nanos % 1000 >= 500);
     let (ms, frac) = (micros / 1000, micros % 1000);

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod node;
 pub mod offload;
 pub mod peers;
+pub mod pipeline;
 pub mod placement;
 pub mod prewarm;
 pub mod profiles;

@@ -425,6 +425,26 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The call and placement counters as an observer of finished calls: every call that reached
+/// the run phase counts once, where it ran and why beside it.
+impl crate::pipeline::Observer for NodeMetrics {
+    fn finished(&self, call: &crate::pipeline::CallCtx, _status: axum::http::StatusCode) {
+        let Some(done) = &call.done else { return };
+        if let Some((ran, why)) = done.placement {
+            self.placement(ran.label(), why);
+        }
+        // A name no node serves (404, here or from the cloud) is whatever the client sent: keep
+        // it out of the labels.
+        let known = done.status != axum::http::StatusCode::NOT_FOUND;
+        self.call(
+            if known { &call.function } else { "_unknown" },
+            done.outcome,
+            done.ran_at,
+            done.elapsed,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,6 +46,8 @@ pub struct NodeOptions {
     /// The fleet's queue (`[queue]`): accepted asynchronous calls go there, and the node runs
     /// calls from it ([`crate::activations::queue`]).
     pub queue: Option<Arc<crate::activations::queue::Queue>>,
+    /// Observers of finished calls beside the node's own (tests' fakes).
+    pub observers: Vec<Arc<dyn crate::pipeline::Observer>>,
 }
 
 /// Who and where this node is: its place in the topology.
@@ -243,6 +245,9 @@ pub struct Telemetry {
     pub metrics: Arc<NodeMetrics>,
     /// The call stream's subscribers and recent latencies.
     pub events: Arc<crate::events::EventBus>,
+    /// What sees every finished call: the metrics, the profiles, the call stream, and any
+    /// the options add ([`NodeOptions::observers`]).
+    pub observers: crate::pipeline::Observers,
 }
 
 /// Answers kept after their call (both kept across reloads).
@@ -345,15 +350,34 @@ impl NodeState {
             links.outbound.clone(),
             opts.fleet.as_ref().map(|f| f.view()),
         );
-        let telemetry = match before {
-            Some(b) => Telemetry {
-                metrics: b.telemetry.metrics.clone(),
-                events: b.telemetry.events.clone(),
-            },
-            None => Telemetry {
-                metrics: Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
-                events: Arc::default(),
-            },
+        let (metrics, events) = match before {
+            Some(b) => (b.telemetry.metrics.clone(), b.telemetry.events.clone()),
+            None => (
+                Arc::new(NodeMetrics::new(id, opts.metrics.clone())),
+                Arc::default(),
+            ),
+        };
+        let mut observers = crate::pipeline::Observers::new(vec![
+            metrics.clone(),
+            Arc::new(crate::profiles::Learner::new(
+                scheduling.profiles.clone(),
+                metrics.clone(),
+                id,
+                place.cores,
+            )),
+            Arc::new(crate::events::CallStream::new(
+                events.clone(),
+                metrics.clone(),
+                id,
+            )),
+        ]);
+        for o in &opts.observers {
+            observers.push(o.clone());
+        }
+        let telemetry = Telemetry {
+            metrics,
+            events,
+            observers,
         };
         let kept = match before {
             Some(b) => Kept {

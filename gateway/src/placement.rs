@@ -8,7 +8,7 @@
 //! 2. [`place`]: on this node, in a warm or a new instance, on a neighbouring edge, in the
 //!    cloud (with the reason), or an answer now (`404`, `503`);
 //! 3. [`after_failure`]: when a backend here or another node failed, whether the call may move
-//!    on. It moves only when it did not run where it failed ([`InvokeError::may_have_run`]), on
+//!    on ([`cloud_failed`]: what answers it when the cloud could not be reached). It moves only when it did not run where it failed ([`InvokeError::may_have_run`]), on
 //!    a timeout (the paper's rule: the one case where a function may run twice), or when the
 //!    function opts in (`retry_on_error = true`).
 //!
@@ -255,6 +255,23 @@ pub fn after_failure(
     } else {
         Plan::Refuse(Refusal::Failed)
     })
+}
+
+/// How a call that finds no admission permit here waits: one that may go elsewhere does not
+/// wait (a full edge places it elsewhere before anything queues), one that cannot waits in the
+/// node's bounded queue.
+pub fn waits_for_admission(f: &Facts) -> bool {
+    !f.may_forward()
+}
+
+/// What answers a call the cloud could not take (the link failed, `reason` being why it was
+/// sent): a full edge sheds the call as overloaded, any other call answers the link's failure.
+pub fn cloud_failed(reason: OffloadReason) -> Refusal {
+    if reason == OffloadReason::Overloaded {
+        Refusal::Overloaded
+    } else {
+        Refusal::Failed
+    }
 }
 
 fn offload(reason: OffloadReason) -> Plan {

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -50,9 +50,10 @@ use geofaas_functions::local::MemoryFigure;
 use geofaas_functions::InvokeOutput;
 use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredProfiles};
 
-use crate::headers::name::{SERVED_BY, SERVER_TIMING};
-use crate::invoke::{BackendRun, Outcome, Ran};
-use crate::node::{Live, NodeState};
+use crate::headers::name::SERVER_TIMING;
+use crate::invoke::{BackendRun, Ran};
+use crate::node::Live;
+use crate::pipeline::{CallCtx, Observer};
 
 /// Calls of a function measured before its figures replace its configured profile.
 pub const PRIOR_CALLS: u64 = 5;
@@ -642,102 +643,85 @@ pub fn alone_ms(took_ms: f64, others_then: usize, others_now: usize, cores: f64)
     took_ms / (sharing / cores.max(1.0)).max(1.0)
 }
 
-/// After a call of `function` that arrived at `received` answered as `outcome`, `elapsed` after
-/// it arrived: learns from it
-/// and, when the node's policy placed it expecting `predicted` ms, says so on the answer
-/// (`Server-Timing: predicted;dur=`) and records actual over predicted.
-pub fn settle(
-    state: &NodeState,
-    function: &str,
-    outcome: &mut Outcome,
-    predicted: Option<f64>,
-    received: Instant,
-    elapsed: Duration,
-) {
-    let took = ms(elapsed);
-    // Every call of a function that exists counts toward its arrival rate; a name no node
-    // serves (`404`) is not kept, so callers cannot grow the map.
-    let status = match outcome {
-        Outcome::Served { answer, .. } | Outcome::Offloaded { answer, .. } => answer.status(),
-        Outcome::Failed(e) => e.status,
-    };
-    let arrived = (status != axum::http::StatusCode::NOT_FOUND).then_some(received);
-    let (served, backend) = match outcome {
-        Outcome::Served {
-            answer,
-            ran,
-            queued,
-            cold,
-            backend,
-            others,
-            ..
-        } => {
-            // The time it held the node: from its admission to its answer, whatever became
-            // of it.
-            let held = elapsed.saturating_sub(*queued);
-            state.scheduling.profiles.served(received + elapsed, held);
-            let (queued, cold) = (ms(*queued), ms(*cold));
-            let cold_start = (*ran == Ran::LocalNew).then_some(cold);
-            let served = answer.status().is_success().then(|| {
-                let now = state.intake.running(&state.place.topology);
-                let warm = alone_ms(took - queued - cold, *others, now, state.place.cores);
-                (warm, cold_start)
-            });
-            (served, Some(*backend))
+/// The node's profiles as an observer of finished calls: each call's arrival, the time a call
+/// served here held the node, a warm call's time alone and a cold start's, the overhead of the
+/// link to the node that answered an offloaded call, and actual over predicted latency when the
+/// policy placed the call.
+pub struct Learner {
+    book: Arc<ProfileBook>,
+    metrics: Arc<crate::metrics::NodeMetrics>,
+    me: String,
+    cores: f64,
+}
+
+impl Learner {
+    /// Learning into `book` for node `me` with `cores` cores.
+    pub fn new(
+        book: Arc<ProfileBook>,
+        metrics: Arc<crate::metrics::NodeMetrics>,
+        me: &str,
+        cores: f64,
+    ) -> Self {
+        Self {
+            book,
+            metrics,
+            me: me.to_owned(),
+            cores,
         }
-        _ => (None, None),
-    };
-    let call = Settled {
-        arrived,
-        served,
-        backend,
-    };
-    if call.arrived.is_some() || call.backend.is_some() {
-        state.scheduling.profiles.settled(function, call);
     }
-    match outcome {
-        Outcome::Offloaded { answer, .. } if answer.status().is_success() => {
-            let by = answer
-                .headers()
-                .get(SERVED_BY)
-                .and_then(|v| v.to_str().ok());
-            if let Some(by) = by.filter(|by| *by != state.place.id) {
-                let remote = Timing::of(answer.headers()).total();
-                state.scheduling.profiles.forwarded(by, took - remote);
+}
+
+impl std::fmt::Debug for Learner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Learner")
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer for Learner {
+    fn finished(&self, call: &CallCtx, _status: StatusCode) {
+        let Some(done) = &call.done else { return };
+        let (received, elapsed) = (call.received, done.elapsed);
+        let took = ms(elapsed);
+        // Every call of a function that exists counts toward its arrival rate; a name no node
+        // serves (`404`) is not kept, so callers cannot grow the map.
+        let arrived = (done.status != StatusCode::NOT_FOUND).then_some(received);
+        let (served, backend) = match &done.local {
+            Some(run) => {
+                // The time it held the node: from its admission to its answer, whatever became
+                // of it.
+                let held = elapsed.saturating_sub(run.queued);
+                self.book.served(received + elapsed, held);
+                let (queued, cold) = (ms(run.queued), ms(run.backend.cold));
+                let cold_start = (run.ran == Ran::LocalNew).then_some(cold);
+                let served = done.status.is_success().then(|| {
+                    let warm =
+                        alone_ms(took - queued - cold, run.others, run.others_now, self.cores);
+                    (warm, cold_start)
+                });
+                (served, Some(run.backend))
+            }
+            None => (None, None),
+        };
+        let settled = Settled {
+            arrived,
+            served,
+            backend,
+        };
+        if settled.arrived.is_some() || settled.backend.is_some() {
+            self.book.settled(&call.function, settled);
+        }
+        if let Some(remote) = done.remote.as_ref().filter(|_| done.status.is_success()) {
+            if let Some(by) = remote.node.as_deref().filter(|by| *by != self.me) {
+                self.book.forwarded(by, took - remote.accounted_ms);
             }
         }
-        _ => {}
+        if let (Some(predicted), Some((ran, _))) = (done.predicted, done.placement) {
+            self.metrics
+                .prediction(ran.label(), took / predicted.max(0.001));
+        }
     }
-    let (Some(predicted), Some(s)) = (predicted, &state.scheduling.policy) else {
-        return;
-    };
-    let Some((ran, why)) = outcome.placement() else {
-        return;
-    };
-    if why != s.name() {
-        return;
-    }
-    let (Outcome::Served { answer, .. } | Outcome::Offloaded { answer, .. }) = outcome else {
-        return;
-    };
-    let predicted = predicted.max(0.001);
-    let h = answer.headers_mut();
-    let mut value = h
-        .get(SERVER_TIMING)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .unwrap_or_default();
-    if !value.is_empty() {
-        value.push_str(", ");
-    }
-    value.push_str(&format!("predicted;dur={predicted:.3}"));
-    if let Ok(v) = HeaderValue::try_from(value) {
-        h.insert(SERVER_TIMING, crate::headers::never_indexed(v));
-    }
-    state
-        .telemetry
-        .metrics
-        .prediction(ran.label(), took / predicted);
 }
 
 /// `GET /node/profiles` (admin key when keys are configured): this node's measured profiles.
@@ -982,11 +966,11 @@ mod tests {
     }
 
     #[test]
-    fn server_timing_is_read_back() {
+    fn another_nodes_server_timing_is_read() {
         let mut h = HeaderMap::new();
         h.insert(
             SERVER_TIMING,
-            HeaderValue::from_static(
+            axum::http::HeaderValue::from_static(
                 "route;dur=0.100, queue;dur=1.000, cold;dur=2.5, exec;dur=10.000, sched;dur=0.004, x;desc=y",
             ),
         );

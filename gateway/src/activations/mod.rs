@@ -40,7 +40,7 @@ use rand::RngCore;
 
 use crate::error::ApiError;
 use crate::idempotency::Stored;
-use crate::invoke::{self, Call};
+use crate::invoke::Call;
 use crate::node::{Live, NodeState};
 use crate::placement::Knows;
 use journal::Journal;
@@ -962,7 +962,7 @@ impl Finished {
 
 /// One try: the call's answer, collected, or the error the client would have got.
 async fn attempt(state: &Arc<NodeState>, call: Call) -> Result<Stored, ApiError> {
-    let resp = invoke::run(state, call).await.into_result()?;
+    let resp = crate::pipeline::run_detached(state, call).await?;
     Stored::collect(resp, 0).await.map_err(|_| {
         ApiError::new(
             StatusCode::BAD_GATEWAY,

@@ -416,3 +416,42 @@ fn route_hands_over_to_live_nodes_only() {
         assert_eq!(got, want, "{what}");
     }
 }
+
+#[test]
+fn a_full_edge_sheds_what_the_cloud_cannot_take_and_only_a_pinned_or_lone_node_queues() {
+    for (reason, want) in [
+        (OffloadReason::Overloaded, Refusal::Overloaded),
+        (OffloadReason::NotHere, Refusal::Failed),
+        (OffloadReason::Scheduler, Refusal::Failed),
+        (OffloadReason::BackendFailed, Refusal::Failed),
+        (OffloadReason::NeighborUnreachable, Refusal::Failed),
+    ] {
+        assert_eq!(cloud_failed(reason), want, "{reason:?}");
+    }
+    let edge = Facts {
+        served_here: true,
+        cloud_serves: Knows::Yes,
+        has_cloud: true,
+        pinned: false,
+        admitted: false,
+        policy: Policy::None,
+    };
+    assert!(
+        !waits_for_admission(&edge),
+        "an edge places the call elsewhere"
+    );
+    assert!(
+        waits_for_admission(&Facts {
+            pinned: true,
+            ..edge
+        }),
+        "a pinned call waits"
+    );
+    assert!(
+        waits_for_admission(&Facts {
+            has_cloud: false,
+            ..edge
+        }),
+        "the cloud waits"
+    );
+}
