@@ -42,7 +42,7 @@
 #             same calls; every function is first called once at every node, unrecorded
 #             (`--warm`; MIXED_WARM=0: not), so every measured call is placed by the policy
 #             instead of the run opening with the same unplaced burst of first calls whatever
-#             the policy (docs/scheduler.md, "warmed mixed workloads");
+#             the policy (docs/lab/scheduler-trials.md, "warmed mixed workloads");
 #   coldmix   mixed with cold starts that cost more than a fork: each new instance of a
 #             generated function spends COLDMIX_INIT_MS (50) ms of CPU at its first call (a model
 #             loaded, a cache filled; `loadtest mixed --init-ms`), 100 ms on an edge's half core,
@@ -94,11 +94,11 @@ trap cleanup EXIT
 if [[ ${CAPACITY:-quota} == quota ]]; then
   PPO_WEIGHTS=${PPO_WEIGHTS-../scheduler/weights/berlin-small-edge-quota.safetensors}
 fi
-# PPO chooses among the options the model predicts within 25 % of the best (docs/scheduler.md,
+# PPO chooses among the options the model predicts within 25 % of the best (docs/lab/scheduler-trials.md,
 # "PPO within the model's margin"); PPO_MARGIN= (empty) lets it choose among all.
 PPO_MARGIN=${PPO_MARGIN-0.25}
 # Options on a node busy with other calls only within 5 % of the best: on high load the wide
-# margin let PPO keep calls at busy edges the model rightly put 25 % behind (docs/scheduler.md,
+# margin let PPO keep calls at busy edges the model rightly put 25 % behind (docs/lab/scheduler-trials.md,
 # "Narrowing the margin where an option buys nothing later").
 PPO_BUSY_MARGIN=${PPO_BUSY_MARGIN-0.05}
 with_policy() {

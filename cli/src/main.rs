@@ -19,7 +19,7 @@ mod up;
 use clap::Parser;
 
 // mimalloc: measured 13-14% fewer instructions and 5-6% less CPU per proxied call than the
-// system allocator (bench/gateway/run.sh with BIN_BASE, docs/benchmarks.md).
+// system allocator (bench/gateway/run.sh with BIN_BASE, docs/lab/benchmarks-history.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -2,7 +2,7 @@
 //!
 //! A node tracks the clients that identify themselves (`X-Client-Id`, or their API key) and
 //! extrapolates their path; when it crosses into another node's area within `prewarm_s`, the
-//! node asks that node to start one instance of the function (docs: README, "Pre-warming").
+//! node asks that node to start one instance of the function (docs: docs/lab/readme-details.md, "Calling functions").
 
 use serde::{Deserialize, Serialize};
 

@@ -108,7 +108,7 @@ impl EventBus {
     }
 
     /// A call that ran somewhere (here, offloaded or forwarded: not a handover, not a refusal)
-    /// took `d` ([`crate::invoke::run`] records each).
+    /// took `d` ([`CallStream`] records each).
     pub fn record_latency(&self, d: Duration) {
         let micros = u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
         let i = self.next.fetch_add(1, Ordering::Relaxed) as usize % RECENT;
