@@ -689,7 +689,10 @@ impl Activations {
                 (Stored::from_error(&e), true)
             }
         };
-        let p = lock(&self.pending).remove(id)?;
+        // Held until the answer is kept: a reader never finds the call in neither place (seen:
+        // `GET /activations/ID` answering 404 right after a retry by hand ran).
+        let mut pending = lock(&self.pending);
+        let p = pending.remove(id)?;
         self.running.fetch_sub(1, Ordering::AcqRel);
         let retention = match dead {
             true => settings.dead_letter_retention_s,
@@ -737,6 +740,7 @@ impl Activations {
             true => self.dead.insert(id.to_owned(), f),
             false => self.answers.insert(id.to_owned(), f),
         }
+        drop(pending);
         None
     }
 
