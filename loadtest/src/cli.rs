@@ -63,6 +63,15 @@ pub enum Mode {
     /// function: rank, probability, calls, cold starts, latency; SLO violations against
     /// --slo-ms).
     Mixed(MixedArgs),
+    /// The fleet under steady load for a long time (needs --spawn): Poisson calls at --rate
+    /// from static clients in every edge's area to a mix of functions, a new version of the
+    /// function `soak` deployed with `geofaas deploy` every --deploy-every-s, one node
+    /// restarted (SIGTERM, then started again) every --restart-every-s, and every node
+    /// process's memory, descriptors and threads read from /proc every --sample-every-s.
+    /// Writes windows.csv, failures.csv, resources.csv, events.csv as it goes, then
+    /// summary.json (goals: no failed call, growth under 5 % after --settle-s) and soak.png.
+    /// bench/soak/run.sh runs the hour.
+    Soak(SoakArgs),
 }
 
 /// What every mode takes.
@@ -253,6 +262,54 @@ pub struct MixedArgs {
     pub warm: bool,
 }
 
+/// Arguments of `geofaas loadtest soak`.
+#[derive(Debug, Args)]
+pub struct SoakArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub common: CommonArgs,
+    /// How long the load runs, seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub duration_s: u64,
+    /// Mean arrival rate, calls per second (Poisson arrivals, open loop).
+    #[arg(long, default_value_t = 200.0)]
+    pub rate: f64,
+    /// The functions called besides the deployed one, drawn uniformly (comma-separated); each
+    /// must answer 2xx to a POST of an empty body at its root.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "echo,hello-node,sieve,echo-binary"
+    )]
+    pub function_mix: Vec<String>,
+    /// Deploy a new version of `soak` to every node this often, seconds (0: never, and
+    /// `soak` is not called).
+    #[arg(long, default_value_t = 60)]
+    pub deploy_every_s: u64,
+    /// Restart one node this often, seconds (0: never); half a deploy interval after a
+    /// deploy.
+    #[arg(long, default_value_t = 600)]
+    pub restart_every_s: u64,
+    /// The node restarted (default: the topology's last edge).
+    #[arg(long)]
+    pub restart_node: Option<String>,
+    /// Read every node process from /proc this often, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub sample_every_s: u64,
+    /// Width of one window of windows.csv (and of the plot's points), seconds.
+    #[arg(long, default_value_t = 10)]
+    pub window_s: u64,
+    /// Growth is measured from this long after a process started (the fleet warming up).
+    #[arg(long, default_value_t = 600)]
+    pub settle_s: u64,
+    /// Static clients in each edge's area.
+    #[arg(long, default_value_t = 4)]
+    pub clients_per_edge: usize,
+    /// Seed of the client locations, the arrivals and the functions drawn.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
 /// Arguments of `geofaas loadtest outage`.
 #[derive(Debug, Args)]
 pub struct OutageArgs {
@@ -295,6 +352,7 @@ pub async fn run(args: LoadtestArgs) -> anyhow::Result<()> {
             crate::outage::run(&ctx, &a).await
         }
         Mode::Mixed(a) => crate::mixed::run(&a).await,
+        Mode::Soak(a) => crate::soak::run(&a).await,
     }
 }
 

@@ -60,6 +60,7 @@ pub mod record;
 pub mod route;
 pub mod runner;
 pub mod scrape;
+pub mod soak;
 pub mod spawn;
 pub mod zipf;
 

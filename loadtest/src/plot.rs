@@ -407,6 +407,126 @@ pub fn prewarm_compare(
     root.present().map_err(e)
 }
 
+/// The soak: P50 and P99 per window (log scale) with the restarts marked, and each node
+/// process's resident memory (a restarted node's line starts again at its new process).
+pub fn soak(
+    path: &Path,
+    windows: &[crate::soak::Window],
+    readings: &[crate::soak::Reading],
+    events: &[crate::soak::Event],
+) -> anyhow::Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, (SIZE.0, SIZE.1 * 2)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let (top, bottom) = root.split_vertically(SIZE.1);
+    let t_max = windows
+        .iter()
+        .map(|w| w.end_s)
+        .chain(readings.iter().map(|r| r.t_s))
+        .fold(1.0, f64::max);
+    let y_max = windows.iter().map(|w| w.p99_ms).fold(1.0, f64::max) * 1.5;
+    let y_min = windows
+        .iter()
+        .map(|w| w.p50_ms)
+        .filter(|y| *y > 0.0)
+        .fold(y_max, f64::min)
+        .max(0.01)
+        * 0.7;
+    let mut chart = ChartBuilder::on(&top)
+        .caption("Soak: latency per window of answers", ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t_max, (y_min..y_max).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("latency (ms, log scale)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    for ev in events.iter().filter(|ev| ev.kind == "restart") {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(ev.t_s, y_min), (ev.t_s, y_max)],
+                BLACK.mix(0.4).stroke_width(1),
+            )))
+            .map_err(e)?;
+    }
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, y_min), (0.0, y_min)],
+            BLACK.mix(0.4).stroke_width(1),
+        )))
+        .map_err(e)?
+        .label("node restarted (SIGTERM, started again)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+    let series = |f: fn(&crate::soak::Window) -> f64| -> Vec<(f64, f64)> {
+        windows.iter().map(|w| (w.end_s, f(w).max(y_min))).collect()
+    };
+    chart
+        .draw_series(LineSeries::new(series(|w| w.p50_ms), EDGE.stroke_width(2)))
+        .map_err(e)?
+        .label("P50")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], EDGE.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(series(|w| w.p99_ms), CLOUD.stroke_width(2)))
+        .map_err(e)?
+        .label("P99")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], CLOUD.stroke_width(2)));
+    legend(&mut chart)?;
+
+    let mib = |k: u64| k as f64 / 1024.0;
+    let m_max = readings.iter().map(|r| mib(r.rss_kib)).fold(1.0, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption(
+            "Soak: resident memory of each node process",
+            ("sans-serif", 24),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t_max, 0.0..m_max)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (s)")
+        .y_desc("RSS (MiB)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    let mut nodes: Vec<&str> = readings.iter().map(|r| r.node.as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for (i, node) in nodes.iter().enumerate() {
+        let colour = Palette99::pick(i).to_rgba();
+        let mut pids: Vec<u32> = readings
+            .iter()
+            .filter(|r| r.node == *node)
+            .map(|r| r.pid)
+            .collect();
+        pids.dedup();
+        for (j, pid) in pids.iter().enumerate() {
+            let points: Vec<(f64, f64)> = readings
+                .iter()
+                .filter(|r| r.pid == *pid)
+                .map(|r| (r.t_s, mib(r.rss_kib)))
+                .collect();
+            let s = chart
+                .draw_series(LineSeries::new(points, colour.stroke_width(2)))
+                .map_err(e)?;
+            if j == 0 {
+                s.label(node.to_string()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+                });
+            }
+        }
+    }
+    legend(&mut chart)?;
+    root.present().map_err(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

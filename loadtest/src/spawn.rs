@@ -78,6 +78,7 @@ pub struct DelayLink {
 #[derive(Debug)]
 pub struct Spawned {
     _tmp: Option<tempfile::TempDir>,
+    launch: Launch,
     /// Folder with the certificates, the derived topology and the node logs.
     pub state_dir: PathBuf,
     /// The derived topology (absolute paths, `[tls]` set) as the nodes loaded it.
@@ -104,6 +105,73 @@ pub struct Killed {
     pub pid: u32,
     /// The signal that ended it (9 for SIGKILL), as the kernel reported it.
     pub signal: Option<i32>,
+}
+
+/// A node that was restarted.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Restarted {
+    /// Node id.
+    pub node: String,
+    /// The process that was stopped.
+    pub old_pid: u32,
+    /// The process started in its place.
+    pub new_pid: u32,
+    /// How the old process ended (`exit status: 0` after a clean drain).
+    pub exit: String,
+    /// From SIGTERM to the old process's exit.
+    #[serde(serialize_with = "as_ms")]
+    pub stopped: Duration,
+    /// From SIGTERM to the new process answering `/readyz`.
+    #[serde(serialize_with = "as_ms")]
+    pub ready: Duration,
+}
+
+fn as_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// How a node process is started: the same for its first start and a restart.
+#[derive(Debug)]
+struct Launch {
+    bin: PathBuf,
+    topology: PathBuf,
+    dir: PathBuf,
+    secret_env: String,
+    secret: String,
+    log_filter: String,
+}
+
+impl Launch {
+    /// Starts node `id`, its output into `<dir>/<id>.log` (appended to after a restart).
+    fn start(&self, id: &str, append: bool) -> anyhow::Result<Child> {
+        let log = self.dir.join(format!("{id}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(&log)
+            .with_context(|| format!("cannot open {}", log.display()))?;
+        let child = Command::new(&self.bin)
+            .arg("node")
+            .arg("--config")
+            .arg(&self.topology)
+            .arg("--node")
+            .arg(id)
+            // Each node's own state (deployed functions, the activation journal) under
+            // this run's folder, not the shared `.geofaas` of the working directory.
+            .arg("--state-dir")
+            .arg(&self.dir)
+            .env(&self.secret_env, &self.secret)
+            .env("RUST_LOG", &self.log_filter)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("cannot start {} node", self.bin.display()))?;
+        tracing::debug!(node = id, pid = child.id(), "node started");
+        Ok(child)
+    }
 }
 
 impl Spawned {
@@ -172,34 +240,21 @@ impl Spawned {
         let derived = Topology::load(&path).context("the derived topology does not load")?;
         let mut secret = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut secret);
-        let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-        let log_filter = std::env::var("GEOFAAS_NODE_LOG").unwrap_or_else(|_| "warn".into());
+        let launch = Launch {
+            bin: bin.to_owned(),
+            topology: path,
+            dir: dir.clone(),
+            secret_env: derived.security.offload_secret_env.clone(),
+            secret: secret.iter().map(|b| format!("{b:02x}")).collect(),
+            log_filter: std::env::var("GEOFAAS_NODE_LOG").unwrap_or_else(|_| "warn".into()),
+        };
         let mut children = BTreeMap::new();
         for node in &derived.nodes {
-            let log = dir.join(format!("{}.log", node.id));
-            let out = std::fs::File::create(&log)?;
-            let child = Command::new(bin)
-                .arg("node")
-                .arg("--config")
-                .arg(&path)
-                .arg("--node")
-                .arg(&node.id)
-                // Each node's own state (deployed functions, the activation journal) under
-                // this run's folder, not the shared `.geofaas` of the working directory.
-                .arg("--state-dir")
-                .arg(&dir)
-                .env(&derived.security.offload_secret_env, &secret)
-                .env("RUST_LOG", &log_filter)
-                .stdin(Stdio::null())
-                .stdout(out.try_clone()?)
-                .stderr(out)
-                .spawn()
-                .with_context(|| format!("cannot start {} node", bin.display()))?;
-            tracing::debug!(node = %node.id, pid = child.id(), "node started");
-            children.insert(node.id.clone(), child);
+            children.insert(node.id.clone(), launch.start(&node.id, false)?);
         }
         let spawned = Self {
             _tmp: tmp,
+            launch,
             state_dir: dir,
             topology: derived,
             ca_pem: ca_pem.into_bytes(),
@@ -251,6 +306,44 @@ impl Spawned {
         })
     }
 
+    /// Stops `node` as an operator would (SIGTERM: it drains, its calls in flight finish; SIGKILL
+    /// after `grace`), starts it again with the same arguments and state folder, and waits
+    /// until it answers `/readyz`.
+    pub async fn restart(&self, node: &str, grace: Duration) -> anyhow::Result<Restarted> {
+        let mut child = self
+            .children()
+            .remove(node)
+            .with_context(|| format!("no running node {node:?} to restart"))?;
+        let (pid, started) = (child.id(), Instant::now());
+        kill(Pid::from_raw(pid as i32), Signal::SIGTERM)
+            .with_context(|| format!("SIGTERM to {node} (pid {pid})"))?;
+        let deadline = started + grace;
+        let status = loop {
+            match child.try_wait()? {
+                Some(s) => break s,
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    break child.wait()?;
+                }
+                // Polling the child's exit, bounded by `grace`.
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let stopped = started.elapsed();
+        let new = self.launch.start(node, true)?;
+        let new_pid = new.id();
+        self.children().insert(node.to_owned(), new);
+        self.wait_ready_of(&[node]).await?;
+        Ok(Restarted {
+            node: node.to_owned(),
+            old_pid: pid,
+            new_pid,
+            exit: status.to_string(),
+            stopped,
+            ready: started.elapsed(),
+        })
+    }
+
     /// The last lines of a node's log, for error messages.
     pub fn log_tail(&self, node: &str) -> String {
         let text =
@@ -264,13 +357,23 @@ impl Spawned {
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {
+        let ids: Vec<&str> = self.topology.nodes.iter().map(|n| n.id.as_str()).collect();
+        self.wait_ready_of(&ids).await
+    }
+
+    async fn wait_ready_of(&self, ids: &[&str]) -> anyhow::Result<()> {
         let http = reqwest::Client::builder()
             .use_rustls_tls()
             .add_root_certificate(reqwest::Certificate::from_pem(&self.ca_pem)?)
             .timeout(Duration::from_secs(1))
             .build()?;
         let deadline = Instant::now() + READY_DEADLINE;
-        for node in &self.topology.nodes {
+        for node in self
+            .topology
+            .nodes
+            .iter()
+            .filter(|n| ids.contains(&n.id.as_str()))
+        {
             let url = node.public_url.join("readyz")?;
             loop {
                 if let Some(status) = self
