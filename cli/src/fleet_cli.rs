@@ -119,7 +119,8 @@ pub async fn list(
         "LEASE",
         "AREA"
     );
-    for ((rec, lease), probe) in records.iter().zip(&probes) {
+    for ((rec, lease), answer) in records.iter().zip(&probes) {
+        let probe = &answer.probe;
         let lease = match etcd.time_to_live(*lease).await {
             Ok(Some((left, granted))) => format!("{left}/{granted}s"),
             Ok(None) => "expired".to_owned(),
@@ -132,6 +133,10 @@ pub async fn list(
         let fresh = load.filter(|_| crate::fleet_health::is_fresh(age_ms, interval));
         if let crate::fleet_health::Probe::Unreachable(why) = probe {
             notes.push_str(&format!("{}: /readyz: {why}\n", rec.id));
+        }
+        if let Some(note) = crate::fleet_health::clock_note(&rec.id, answer.clock_offset_s) {
+            notes.push_str(&note);
+            notes.push('\n');
         }
         let report =
             age_ms.map_or_else(|| "-".to_owned(), |a| format!("{:.1}s", a as f64 / 1000.0));

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ring::hmac;
 
 /// Signatures older or newer than this many seconds are refused (replay window).
-const MAX_SKEW_S: u64 = 60;
+pub const MAX_SKEW_S: u64 = 60;
 
 /// The shared offload secret.
 #[derive(Clone)]

@@ -275,7 +275,8 @@ const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// The Lima edge's clock five minutes ahead (libfaketime; its monotonic clock left alone):
 /// its signed offloads are refused by the cloud with `403 clock_skew` naming it and how far
 /// off it is, counted in `geofaas_signatures_refused_total{reason="clock"}` and logged; the
-/// edge's own functions keep answering, and nothing ran at the cloud.
+/// edge's own functions keep answering, and nothing ran at the cloud. `geofaas fleet ls` (both
+/// nodes registered in etcd) names Lima's clock, how far ahead, and that it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
     assert!(
@@ -289,8 +290,15 @@ async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
         ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
     ];
     let edge_functions = root.join("fault-edge-functions");
+    let etcd = geofaas_test_support::etcd::EtcdServer::start()
+        .await
+        .expect("etcd starts");
+    let extra = format!(
+        "[dns]\nprobe_interval_ms = 500\n[registry]\netcd = [\"{}\"]\n",
+        etcd.url()
+    );
     let fleet = Fleet::with(Layout {
-        extra: "[dns]\nprobe_interval_ms = 500\n",
+        extra: &extra,
         node_env: HashMap::from([("lima", env)]),
         ..andes(&edge_functions)
     });
@@ -331,7 +339,38 @@ async fn a_node_whose_clock_is_five_minutes_ahead_is_refused_by_name() {
     assert!(refused >= 1.0, "{metrics}");
     let logged = fleet.log("bogota");
     assert!(logged.contains("node lima's clock is"), "{logged}");
-    eprintln!("clock 300 s ahead: {message}; {refused} signatures refused at the cloud");
+    // `fleet ls` from the temp folder, once both nodes are registered.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        let ls = fleet.geofaas(&["fleet", "ls"]);
+        let listed = String::from_utf8_lossy(&ls.stdout).into_owned();
+        if ls.status.success() && listed.contains("lima ") && listed.contains("bogota ") {
+            break listed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fleet ls did not list both nodes:\n{listed}{}",
+            String::from_utf8_lossy(&ls.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let note = listed
+        .lines()
+        .find(|l| l.starts_with("lima: clock"))
+        .unwrap_or_else(|| panic!("fleet ls does not name lima's clock:\n{listed}"));
+    let ahead: i64 = note
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    assert!(
+        (295..=305).contains(&ahead) && note.contains("ahead of") && note.contains("clock_skew"),
+        "{note}"
+    );
+    assert!(!listed.contains("bogota: clock"), "{listed}");
+    eprintln!(
+        "clock 300 s ahead: {message}; {refused} signatures refused at the cloud; fleet ls: {note}"
+    );
 }
 
 /// Clients that give up mid-call (`curl --max-time`) while the edge's one instance of `lag`
