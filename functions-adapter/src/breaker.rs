@@ -53,6 +53,17 @@ enum State {
     HalfOpen { probing: bool },
 }
 
+/// What a reported outcome did to the breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// Its state (closed, open or half-open) stays.
+    Stayed,
+    /// It opened: calls skip the backend for the cool-down.
+    Opened,
+    /// It closed after being open or half-open: calls pass again.
+    Closed,
+}
+
 /// A consecutive-failure circuit breaker (tokio clock, so tests can pause time).
 #[derive(Debug)]
 pub struct CircuitBreaker {
@@ -113,25 +124,44 @@ impl CircuitBreaker {
         })
     }
 
+    /// The breaker's tuning.
+    pub fn settings(&self) -> BreakerSettings {
+        self.settings
+    }
+
     /// Records a success seen outside a call (e.g. a healthy health probe after the cool-down).
-    pub fn on_success(&self) {
-        *self.lock() = State::Closed { failures: 0 };
+    pub fn on_success(&self) -> Transition {
+        let mut state = self.lock();
+        let was_closed = matches!(*state, State::Closed { .. });
+        *state = State::Closed { failures: 0 };
+        if was_closed {
+            Transition::Stayed
+        } else {
+            Transition::Closed
+        }
     }
 
     /// Records a failure seen outside a call.
-    pub fn on_failure(&self) {
+    pub fn on_failure(&self) -> Transition {
         let mut state = self.lock();
-        let failures = match *state {
-            State::Closed { failures } => failures + 1,
-            State::Open { .. } | State::HalfOpen { .. } => u32::MAX,
+        let (failures, was_open) = match *state {
+            State::Closed { failures } => (failures + 1, false),
+            State::Open { until } => (u32::MAX, Instant::now() < until),
+            State::HalfOpen { .. } => (u32::MAX, false),
         };
-        *state = if failures >= self.settings.failure_threshold.max(1) {
-            State::Open {
+        if failures >= self.settings.failure_threshold.max(1) {
+            *state = State::Open {
                 until: Instant::now() + self.settings.cool_down,
+            };
+            if was_open {
+                Transition::Stayed
+            } else {
+                Transition::Opened
             }
         } else {
-            State::Closed { failures }
-        };
+            *state = State::Closed { failures };
+            Transition::Stayed
+        }
     }
 }
 
@@ -142,8 +172,8 @@ pub fn counts_against_backend(err: &InvokeError) -> bool {
 }
 
 impl Permit<'_> {
-    /// Reports the call's outcome.
-    pub fn record<T>(mut self, outcome: &Result<T, InvokeError>) {
+    /// Reports the call's outcome; what it did to the breaker.
+    pub fn record<T>(mut self, outcome: &Result<T, InvokeError>) -> Transition {
         self.recorded = true;
         match outcome {
             Err(err) if counts_against_backend(err) => self.breaker.on_failure(),
@@ -155,7 +185,13 @@ impl Permit<'_> {
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
         if self.probe && !self.recorded {
-            self.breaker.on_failure();
+            let opened = self.breaker.on_failure();
+            if opened == Transition::Opened {
+                tracing::warn!(
+                    cool_down_ms = self.breaker.settings.cool_down.as_millis() as u64,
+                    "circuit opened again: the probe call was cancelled before it was answered"
+                );
+            }
         }
     }
 }
@@ -188,6 +224,29 @@ impl<B: FunctionBackend> Guarded<B> {
     pub fn breaker(&self) -> &CircuitBreaker {
         &self.breaker
     }
+
+    /// Logs the breaker's opening (a warning naming the last failure) and closing.
+    fn report(&self, transition: Transition, last: Option<&InvokeError>) {
+        let backend = self.inner.kind();
+        let cool_down_ms = self.breaker.settings.cool_down.as_millis() as u64;
+        match transition {
+            Transition::Stayed => {}
+            Transition::Opened => {
+                let last = last
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "its health probe failed".to_owned());
+                tracing::warn!(
+                    backend,
+                    cool_down_ms,
+                    failures = self.breaker.settings.failure_threshold,
+                    "circuit opened: backend {backend} is skipped for {cool_down_ms} ms (calls go to the next backend or the cloud), then one call probes it; last failure: {last}"
+                );
+            }
+            Transition::Closed => {
+                tracing::info!(backend, "circuit closed: backend {backend} answers again");
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -205,7 +264,8 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         if let Err(err) = &outcome {
             tracing::debug!(parent: &span, error = %err, fault = ?err.fault(), "backend call failed");
         }
-        permit.record(&outcome);
+        let transition = permit.record(&outcome);
+        self.report(transition, outcome.as_ref().err());
         if matches!(outcome, Err(InvokeError::UnknownFunction(_))) {
             // The cached list may be stale; ask again next time. Boxed: the cache's future
             // would otherwise be part of, and copied with, every call's.
@@ -271,10 +331,10 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
         let health = self.inner.health().await;
         match &health {
             Health::Healthy if self.breaker.state() == BreakerState::HalfOpen => {
-                self.breaker.on_success()
+                self.report(self.breaker.on_success(), None)
             }
             Health::Unhealthy(_) if self.breaker.state() == BreakerState::HalfOpen => {
-                self.breaker.on_failure()
+                self.report(self.breaker.on_failure(), None)
             }
             _ => {}
         }

@@ -133,3 +133,26 @@ async fn only_one_probe_at_a_time_while_half_open() {
     drop(probe);
     assert_eq!(breaker.state(), BreakerState::Open);
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_opening_and_closing_is_reported_once() {
+    let breaker = CircuitBreaker::new(BreakerSettings {
+        failure_threshold: 2,
+        cool_down: Duration::from_secs(1),
+    });
+    assert_eq!(breaker.on_failure(), Transition::Stayed);
+    assert_eq!(breaker.on_failure(), Transition::Opened);
+    // More failures while open (calls that were already under way) open nothing new.
+    assert_eq!(breaker.on_failure(), Transition::Stayed);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    // The failed probe opens it again.
+    let probe = breaker.admit().expect("the probe");
+    assert_eq!(
+        probe.record(&Err::<(), _>(InvokeError::Unavailable("refused".into()))),
+        Transition::Opened
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let probe = breaker.admit().expect("the next probe");
+    assert_eq!(probe.record(&Ok(())), Transition::Closed);
+    assert_eq!(breaker.on_success(), Transition::Stayed);
+}

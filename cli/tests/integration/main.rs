@@ -3,6 +3,7 @@
 mod activations;
 mod answer;
 mod backends;
+mod black_holes;
 mod chaos;
 mod cloud_only;
 mod cluster;

@@ -3,7 +3,9 @@
 //! given nodes (each with a local backend over one functions folder), every node a child
 //! process run from the temporary folder with its own log, all sharing one `--state-dir` and
 //! an offload secret. A node's `public_url` may name another port than it listens on (a fault
-//! proxy's, [`Layout::public_ports`]) and a node may serve its own functions folder.
+//! proxy's, [`Layout::public_ports`]), a node may listen on its own loopback address (so the
+//! geo DNS, [`Fleet::spawn_dns`], answers one address per node), serve its own functions folder
+//! and have other backends before its local one.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,8 @@ pub struct Fleet {
     pub dir: tempfile::TempDir,
     children: HashMap<&'static str, Child>,
     pub ports: HashMap<&'static str, u16>,
+    /// The loopback address each node listens on.
+    pub hosts: HashMap<&'static str, &'static str>,
     pub client: reqwest::Client,
     config: PathBuf,
     state_dir: PathBuf,
@@ -40,6 +44,10 @@ pub struct Layout<'a> {
     pub node_functions: HashMap<&'static str, PathBuf>,
     /// Nodes whose `public_url` names this port instead of the one they listen on.
     pub public_ports: HashMap<&'static str, u16>,
+    /// Nodes that listen on (and are named by) this loopback address instead of 127.0.0.1.
+    pub hosts: HashMap<&'static str, &'static str>,
+    /// `[[node.backend]]` tables a node has before its local backend.
+    pub node_backends: HashMap<&'static str, String>,
     /// The nodes' `--state-dir`; `state` in the fleet's folder when `None`.
     pub state_dir: Option<PathBuf>,
     /// Environment variables of single nodes (a faked clock).
@@ -58,6 +66,8 @@ impl<'a> Layout<'a> {
             functions: None,
             node_functions: HashMap::new(),
             public_ports: HashMap::new(),
+            hosts: HashMap::new(),
+            node_backends: HashMap::new(),
             state_dir: None,
             node_env: HashMap::new(),
             rust_log: "warn",
@@ -92,12 +102,16 @@ impl Fleet {
             functions,
             node_functions,
             public_ports,
+            hosts,
+            node_backends,
             state_dir,
             node_env,
             rust_log,
         } = layout;
         let dir = tempfile::tempdir().unwrap();
-        let tls = TlsMaterial::generate(&["127.0.0.1".to_owned()]).unwrap();
+        let mut names = vec!["127.0.0.1".to_owned()];
+        names.extend(hosts.values().map(|h| h.to_string()));
+        let tls = TlsMaterial::generate(&names).unwrap();
         tls.write_to(dir.path()).unwrap();
         let functions = match functions {
             Some(f) => f.to_owned(),
@@ -112,8 +126,13 @@ impl Fleet {
             "zone = \"{name}.test.\"\n[tls]\ncert = \"{d}/node.pem\"\nkey = \"{d}/node-key.pem\"\nca = \"{d}/ca.pem\"\n{extra}\n"
         );
         let mut ports = HashMap::new();
+        let hosts: HashMap<_, _> = nodes
+            .iter()
+            .map(|&(id, ..)| (id, hosts.get(id).copied().unwrap_or("127.0.0.1")))
+            .collect();
         for &(id, role, lat, lon) in nodes {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
+            let host = hosts[id];
+            let port = std::net::TcpListener::bind((host, 0))
                 .unwrap()
                 .local_addr()
                 .unwrap()
@@ -130,8 +149,9 @@ impl Fleet {
             };
             text.push_str(&format!(
                 "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = {lat}, lon = {lon} }}\n{area}\n\
-                 public_url = \"https://127.0.0.1:{public}\"\nlisten = \"127.0.0.1:{port}\"\n\
-                 [[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
+                 public_url = \"https://{host}:{public}\"\nlisten = \"{host}:{port}\"\n\
+                 {}\n[[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n",
+                node_backends.get(id).map(String::as_str).unwrap_or(""),
                 served.display()
             ));
         }
@@ -146,6 +166,7 @@ impl Fleet {
             dir,
             children: HashMap::new(),
             ports,
+            hosts,
             client,
             state_dir,
             node_env,
@@ -162,9 +183,28 @@ impl Fleet {
         self.dir.path().join(p)
     }
 
-    /// `https://127.0.0.1:PORT{path}` of node `id` (where it listens).
+    /// `https://HOST:PORT{path}` of node `id` (where it listens).
     pub fn url(&self, id: &str, path: &str) -> String {
-        format!("https://127.0.0.1:{}{path}", self.ports[id])
+        format!("https://{}:{}{path}", self.hosts[id], self.ports[id])
+    }
+
+    /// Starts the topology's geo DNS (`geofaas dns`, one UDP socket) with the GeoIP database
+    /// `mmdb`, as child `dns` logging to `dns.log`; the topology's `[dns] listen` says where.
+    pub fn spawn_dns(&mut self, mmdb: &Path) {
+        let log = std::fs::File::create(self.path("dns.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["dns", "--udp-sockets", "1", "--config"])
+            .arg(&self.config)
+            .arg("--mmdb")
+            .arg(mmdb)
+            .env("RUST_LOG", &self.rust_log)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.insert("dns", child);
     }
 
     pub fn spawn(&mut self, id: &'static str) {
