@@ -73,6 +73,8 @@ pub struct Reading {
     pub rss_kib: u64,
     /// Open file descriptors.
     pub fds: u64,
+    /// Of them, sockets (listeners and connections, its clients' and its peers').
+    pub sockets: u64,
     /// Threads.
     pub threads: u64,
     /// Its descendant processes (function instances and their workers).
@@ -383,11 +385,15 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
     );
     for g in &growth {
         println!(
-            "  {} (pid {}): rss {:+.1} %, fds {:+.1} %, threads {:+.1} % from {:.0} s to the end{}",
+            "  {} (pid {}): rss {:+.1} %, fds {:+.1} % ({} -> {}, sockets {} -> {}), threads {:+.1} % from {:.0} s to the end{}",
             g.node,
             g.pid,
             g.rss * 100.0,
             g.fds * 100.0,
+            g.fd_count.0,
+            g.fd_count.1,
+            g.socket_count.0,
+            g.socket_count.1,
             g.threads * 100.0,
             g.from_s,
             if g.within_goal {
@@ -632,12 +638,22 @@ impl ProcTable {
 
     fn reading(&self, pid: u32, node: &str, t_s: f64) -> Option<Reading> {
         let kids = self.descendants(pid);
+        let (mut fds, mut sockets) = (0, 0);
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+            fds += 1;
+            if std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            {
+                sockets += 1;
+            }
+        }
         Some(Reading {
             t_s,
             node: node.to_owned(),
             pid,
             rss_kib: status_field(pid, "VmRSS:")?,
-            fds: std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64,
+            fds,
+            sockets,
             threads: status_field(pid, "Threads:")?,
             children: kids.len() as u64,
             children_rss_kib: kids.iter().filter_map(|k| status_field(*k, "VmRSS:")).sum(),
@@ -671,6 +687,8 @@ pub struct Growth {
     pub rss_kib: (u64, u64),
     /// Descriptors at both.
     pub fd_count: (u64, u64),
+    /// Of them, sockets at both: what moves with its clients' and peers' connections.
+    pub socket_count: (u64, u64),
     /// Threads at both.
     pub thread_count: (u64, u64),
     /// Relative growth of each.
@@ -711,6 +729,7 @@ pub fn growth(readings: &[Reading], settle_s: f64) -> Vec<Growth> {
                     to_s: to.t_s,
                     rss_kib: (from.rss_kib, to.rss_kib),
                     fd_count: (from.fds, to.fds),
+                    socket_count: (from.sockets, to.sockets),
                     thread_count: (from.threads, to.threads),
                     within_goal: rss < GROWTH_GOAL && fds < GROWTH_GOAL && threads < GROWTH_GOAL,
                     rss,
@@ -750,7 +769,7 @@ impl Files {
             )?,
             resources: open(
                 "resources.csv",
-                "t_s,node,pid,rss_kib,fds,threads,children,children_rss_kib",
+                "t_s,node,pid,rss_kib,fds,sockets,threads,children,children_rss_kib",
             )?,
             events: open("events.csv", "t_s,kind,ok,took_ms,detail")?,
         })
@@ -793,8 +812,16 @@ impl Files {
         Self::line(
             &self.resources,
             &format!(
-                "{:.1},{},{},{},{},{},{},{}",
-                r.t_s, r.node, r.pid, r.rss_kib, r.fds, r.threads, r.children, r.children_rss_kib
+                "{:.1},{},{},{},{},{},{},{},{}",
+                r.t_s,
+                r.node,
+                r.pid,
+                r.rss_kib,
+                r.fds,
+                r.sockets,
+                r.threads,
+                r.children,
+                r.children_rss_kib
             ),
         );
     }
@@ -831,6 +858,7 @@ mod tests {
             pid,
             rss_kib: rss,
             fds: 20,
+            sockets: 12,
             threads: 8,
             children: 1,
             children_rss_kib: 100,
