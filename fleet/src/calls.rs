@@ -9,8 +9,9 @@
 //! watch's copy in memory; a retry that finds nothing there may ask etcd once
 //! ([`CallRecords::fetch`]).
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -54,19 +55,19 @@ impl Leases {
     /// Two writers that find none at the same moment both grant one; the later is kept.
     async fn current(&self, etcd: &Etcd) -> Result<i64, crate::FleetError> {
         let now = Instant::now();
-        if let Some((id, until)) = *self.current.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((id, until)) = *self.current.lock() {
             if now < until {
                 return Ok(id);
             }
         }
         let (id, _) = etcd.grant(self.ttl_s + self.window.as_secs()).await?;
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, now + self.window));
+        *self.current.lock() = Some((id, now + self.window));
         Ok(id)
     }
 
     /// Drops lease `id` as the current one (etcd no longer has it).
     fn forget(&self, id: i64) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.current.lock();
         if matches!(*current, Some((held, _)) if held == id) {
             *current = None;
         }

@@ -35,8 +35,9 @@ pub mod pb {
     tonic::include_proto!("etcdserverpb");
 }
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::{RegistrySettings, Topology};
@@ -159,7 +160,7 @@ impl Fleet {
     /// Each node's latest load report, leaving out those older than three report intervals.
     pub fn loads(&self) -> BTreeMap<String, LoadReport> {
         let stale = Duration::from_millis(self.settings.load_interval_ms.saturating_mul(3));
-        let loads = self.loads.read().unwrap_or_else(|p| p.into_inner());
+        let loads = self.loads.read();
         loads
             .iter()
             .filter(|(_, (_, at))| at.elapsed() <= stale)

@@ -2,9 +2,10 @@
 //! when the watch breaks (etcd down, compaction) it keeps the last view and starts over once
 //! etcd answers again. Readers never wait for etcd.
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -76,7 +77,7 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
             None => {}
         }
     }
-    *sinks.loads.write().unwrap_or_else(|p| p.into_inner()) = loads;
+    *sinks.loads.write() = loads;
     publish_functions(sinks, functions.clone());
     publish(sinks, view.clone());
     tracing::debug!(nodes = view.nodes.len(), revision, "registry read");
@@ -111,7 +112,7 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
                     functions.insert(name, *desired);
                 }
                 Some(Entry::Load(id, report)) => {
-                    let mut loads = sinks.loads.write().unwrap_or_else(|p| p.into_inner());
+                    let mut loads = sinks.loads.write();
                     loads.insert(id, (report, Instant::now()));
                 }
                 None => {}
@@ -205,11 +206,7 @@ fn apply_delete(sinks: &Sinks, view: &mut FleetView, key: &[u8]) -> bool {
         return view.nodes.remove(id).is_some();
     }
     if let Some(id) = key.strip_prefix("load/") {
-        sinks
-            .loads
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        sinks.loads.write().remove(id);
     } else if let Some(call) = key.strip_prefix("calls/") {
         sinks.calls.forget(call);
     }

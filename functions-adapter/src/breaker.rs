@@ -7,7 +7,7 @@
 //! breaker, failure opens it for another cool-down. A function's own failure or a client's
 //! mistake says the backend is alive and counts as success.
 
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -91,7 +91,7 @@ impl CircuitBreaker {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Current state (an open breaker whose cool-down ended reads as half-open).

@@ -14,8 +14,9 @@
 //! this pause every call to a node whose backend or cloud is down started a fetch of its own
 //! (in the gateway benchmark, whose cloud never runs, a sixth of a call's instructions).
 
+use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -133,10 +134,8 @@ impl Catalog {
         (at.elapsed() < pause).then(|| copy_error(err))
     }
 
-    fn failures(&self) -> std::sync::MutexGuard<'_, Option<(Instant, InvokeError)>> {
-        self.failed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn failures(&self) -> parking_lot::MutexGuard<'_, Option<(Instant, InvokeError)>> {
+        self.failed.lock()
     }
 
     /// Forgets the cached list (the next read fetches it; it is still served if that fails).

@@ -24,7 +24,7 @@
 //! large body is still being written (a server refusing the call without reading it) stops the
 //! writing and is the call's answer, also when the server then closes the connection.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf as _, Bytes, BytesMut};
@@ -173,7 +173,7 @@ impl Upstream {
 
     /// An idle connection that is still open, if there is one.
     fn checkout(&self) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock();
         while let Some(conn) = idle.pop() {
             if conn.idle_since.elapsed() < IDLE_TIMEOUT && conn.is_open() {
                 return Some(conn);
@@ -185,7 +185,7 @@ impl Upstream {
     /// Back to the pool, unless the pool is full.
     fn release(&self, mut conn: Conn) {
         conn.idle_since = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }

@@ -10,9 +10,10 @@
 //! it to its end in the background (bounded in bytes and time), so the stream closes normally.
 //! It is one layer over the whole router, so no handler has to remember it.
 
+use parking_lot::Mutex;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ where
         })
     });
     let response = handler(req).await;
-    let unread = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let unread = slot.lock().take();
     // A client too slow to send its body (408) is not waited for a second time.
     let slow = response.status() == axum::http::StatusCode::REQUEST_TIMEOUT;
     if let Some(body) = unread.filter(|_| !slow) {
@@ -185,7 +186,7 @@ impl Drop for Tracked {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             if !inner.is_end_stream() {
-                *self.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(inner);
+                *self.slot.lock() = Some(inner);
             }
         }
     }

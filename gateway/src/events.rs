@@ -21,9 +21,10 @@
 //! data: {"lost":12,"lost_total":12}
 //! ```
 
+use parking_lot::Mutex;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -143,7 +144,7 @@ impl EventBus {
     pub(crate) fn subscribe(&self) -> (mpsc::Sender<Msg>, mpsc::Receiver<Msg>, Arc<AtomicU64>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
-        let mut subs = lock(&self.subscribers);
+        let mut subs = self.subscribers.lock();
         subs.push(Subscriber {
             tx: tx.clone(),
             lost: lost.clone(),
@@ -155,7 +156,7 @@ impl EventBus {
     /// Offers `event` to every subscriber; returns how many lost it (their queue was full).
     fn send(&self, event: Arc<str>) -> u64 {
         let mut lost = 0;
-        let mut subs = lock(&self.subscribers);
+        let mut subs = self.subscribers.lock();
         subs.retain(|s| match s.tx.try_send(Msg::Call(event.clone())) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -168,10 +169,6 @@ impl EventBus {
         self.watched.store(subs.len(), Ordering::Relaxed);
         lost
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The call stream as an observer of finished calls: the latency of each call that ran, for

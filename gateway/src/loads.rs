@@ -8,8 +8,9 @@
 //! so a node that stopped reporting stops being a candidate. Nothing here runs on a call's path
 //! but [`LoadBoard::read`]: one read lock and a map lookup per node.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -37,7 +38,7 @@ pub struct LoadBoard {
 impl LoadBoard {
     /// Keeps `report` unless a newer one of the same node is already here.
     pub fn put(&self, report: LoadReport) {
-        let mut map = self.reports.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.reports.write();
         match map.get(&report.node) {
             Some(old) if old.at_ms > report.at_ms => {}
             _ => {
@@ -48,7 +49,7 @@ impl LoadBoard {
 
     /// Calls `f` with a view of every report under one read lock (a decision reads several).
     pub fn read<R>(&self, f: impl FnOnce(&Reports<'_>) -> R) -> R {
-        let map = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.reports.read();
         f(&Reports(&map))
     }
 

@@ -4,7 +4,7 @@
 //! Durations are histograms in seconds. Labels are bounded: node, function (names the node
 //! knows; anything else is `_unknown`), outcome, where the call ran, backend kind, reason.
 
-use std::sync::RwLock;
+use parking_lot::RwLock;
 use std::time::Duration;
 
 use fnv::FnvHashMap;
@@ -253,7 +253,7 @@ impl NodeMetrics {
 
     /// A call answered by this node; `outcome` decides `ran` (see [`crate::invoke::Outcome`]).
     pub fn call(&self, function: &str, outcome: &'static str, ran: &'static str, d: Duration) {
-        let cached = read(&self.calls).get(function).and_then(|series| {
+        let cached = self.calls.read().get(function).and_then(|series| {
             series
                 .iter()
                 .find(|(o, _)| *o == outcome)
@@ -264,7 +264,8 @@ impl NodeMetrics {
                 CALL_SECONDS,
                 &[("function", function), ("outcome", outcome), ("ran", ran)],
             );
-            write(&self.calls)
+            self.calls
+                .write()
                 .entry(function.to_owned())
                 .or_default()
                 .push((outcome, h.clone()));
@@ -275,13 +276,15 @@ impl NodeMetrics {
 
     /// One backend call.
     pub fn backend_call(&self, backend: &'static str, outcome: &'static str, d: Duration) {
-        let cached = read(&self.backend_calls).get(&(backend, outcome)).cloned();
+        let cached = self.backend_calls.read().get(&(backend, outcome)).cloned();
         let histogram = cached.unwrap_or_else(|| {
             let h = self.histogram(
                 BACKEND_SECONDS,
                 &[("backend", backend), ("outcome", outcome)],
             );
-            write(&self.backend_calls).insert((backend, outcome), h.clone());
+            self.backend_calls
+                .write()
+                .insert((backend, outcome), h.clone());
             h
         });
         histogram.record(d.as_secs_f64());
@@ -319,14 +322,16 @@ impl NodeMetrics {
 
     /// Where an answered call ran and why.
     pub fn placement(&self, placement: &'static str, reason: &'static str) {
-        let cached = read(&self.placements).get(&(placement, reason)).cloned();
+        let cached = self.placements.read().get(&(placement, reason)).cloned();
         let counter = cached.unwrap_or_else(|| {
             let key = Key::from_parts(
                 PLACEMENTS,
                 self.labels(&[("placement", placement), ("reason", reason)]),
             );
             let c = self.recorder.register_counter(&key, &METADATA);
-            write(&self.placements).insert((placement, reason), c.clone());
+            self.placements
+                .write()
+                .insert((placement, reason), c.clone());
             c
         });
         counter.increment(1);
@@ -415,14 +420,6 @@ pub async fn upkeep(live: std::sync::Arc<crate::node::Live>) {
         tokio::time::sleep(UPKEEP_INTERVAL).await;
         live.current().telemetry.metrics.run_upkeep();
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The call and placement counters as an observer of finished calls: every call that reached

@@ -36,7 +36,8 @@ use std::collections::BTreeMap;
 /// their keys are function and node names from the topology or the deploy API, not chosen by
 /// callers), found or added with one lookup ([`entry`]).
 type Map<V> = hashbrown::HashMap<String, V>;
-use std::sync::{Arc, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -333,13 +334,13 @@ impl ProfileBook {
 
     /// The functions this node learned anything of (called here, or run by a backend here).
     pub fn names(&self) -> std::collections::BTreeSet<String> {
-        read(&self.functions).keys().cloned().collect()
+        self.functions.read().keys().cloned().collect()
     }
 
     /// How many calls of `function` arrived here over the last `window` (at most [`WINDOW`]).
     pub fn arrived_within(&self, function: &str, window: Duration) -> usize {
         let now = Instant::now();
-        read(&self.functions).get(function).map_or(0, |f| {
+        self.functions.read().get(function).map_or(0, |f| {
             f.arrivals
                 .recent
                 .iter()
@@ -350,7 +351,7 @@ impl ProfileBook {
 
     /// What [`settle`] learns of one call, under one lookup of its function.
     fn settled(&self, function: &str, call: Settled) {
-        let mut map = write(&self.functions);
+        let mut map = self.functions.write();
         let f = entry(&mut map, function);
         if let Some(at) = call.arrived {
             f.arrivals.add(at);
@@ -380,7 +381,8 @@ impl ProfileBook {
     /// The measured memory of one instance of `function` in MB, once it rests on
     /// [`MEMORY_SAMPLES`] samples.
     pub fn memory_mb(&self, function: &str) -> Option<f64> {
-        read(&self.functions)
+        self.functions
+            .read()
             .get(function)
             .and_then(|f| f.memory)
             .filter(|m| m.samples >= MEMORY_SAMPLES)
@@ -412,16 +414,13 @@ impl ProfileBook {
 
     /// A call was at this node (admitted to answered) for `took` until `end`.
     pub fn served(&self, end: Instant, took: Duration) {
-        self.load
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(end, took);
+        self.load.lock().add(end, took);
     }
 
     /// Calls served here at once per core of `cores`, on average over the last
     /// [`LOAD_WINDOW_MS`]: a node busy most of that time is so even when a call finds it idle.
     pub fn calls_per_core(&self, cores: f64) -> f64 {
-        let meter = self.load.lock().unwrap_or_else(|e| e.into_inner());
+        let meter = self.load.lock();
         meter.calls(Instant::now()) / cores.max(1.0)
     }
 
@@ -436,18 +435,18 @@ impl ProfileBook {
     }
 
     fn link(&self, node: &str, f: impl FnOnce(&mut LinkStats)) {
-        f(entry(&mut write(&self.links), node));
+        f(entry(&mut self.links.write(), node));
     }
 
     /// What was measured of `function` here, if any call of it was.
     pub fn facts(&self, function: &str) -> Option<Facts> {
-        read(&self.functions).get(function).and_then(facts)
+        self.functions.read().get(function).and_then(facts)
     }
 
     /// The mean cold start over the functions that started an instance here (for a function
     /// that never did).
     pub fn typical_cold_ms(&self) -> Option<f64> {
-        let map = read(&self.functions);
+        let map = self.functions.read();
         let colds: Vec<f64> = map.values().filter_map(|f| f.cold.get()).collect();
         (!colds.is_empty()).then(|| colds.iter().sum::<f64>() / colds.len() as f64)
     }
@@ -460,7 +459,7 @@ impl ProfileBook {
     /// ([`crate::schedule`]); a loaded run's forwards measured 148 ms to the cloud against
     /// 28 ms of probes.
     pub fn link_ms(&self, node: &str) -> Option<f64> {
-        let map = read(&self.links);
+        let map = self.links.read();
         let l = map.get(node)?;
         let enough = |f: &Figure| (f.n >= PRIOR_CALLS).then(|| f.median());
         enough(&l.probe).or_else(|| enough(&l.forward))
@@ -468,7 +467,9 @@ impl ProfileBook {
 
     /// The figures a load report carries.
     pub fn report(&self) -> (BTreeMap<String, FunctionFacts>, BTreeMap<String, f64>) {
-        let functions = read(&self.functions)
+        let functions = self
+            .functions
+            .read()
             .iter()
             .filter_map(|(name, f)| {
                 let x = facts(f)?;
@@ -489,7 +490,9 @@ impl ProfileBook {
         // One read guard: taking the lock again under it deadlocks once a writer waits
         // between the two (std's RwLock lets the writer go first; seen as a node whose
         // load reports and /metrics hung).
-        let links = read(&self.links)
+        let links = self
+            .links
+            .read()
             .iter()
             .filter_map(|(id, l)| Some((id.clone(), l.measured_ms()?)))
             .collect();
@@ -509,7 +512,9 @@ impl ProfileBook {
             Some(m) if m.samples >= MEMORY_SAMPLES => (m.median_mb, m.samples),
             _ => (configured(name), 0),
         };
-        let functions = read(&self.functions)
+        let functions = self
+            .functions
+            .read()
             .iter()
             .filter_map(|(name, f)| {
                 let x = facts(f)?;
@@ -540,7 +545,9 @@ impl ProfileBook {
             })
             .collect();
         let (_, links) = self.report();
-        let probes = read(&self.links)
+        let probes = self
+            .links
+            .read()
             .iter()
             .filter_map(|(id, l)| Some((id.clone(), l.probe.get()?)))
             .collect();
@@ -741,14 +748,6 @@ async fn serve(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
             .snapshot(&state.place.id, &state.place.topology),
     )
     .into_response()
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -143,11 +143,11 @@ pub struct EdgeScheduler {
 /// adds the ones sent after. Without them, the calls of a burst all see the same report and
 /// all go to the node it shows idle.
 #[derive(Debug, Default)]
-struct Sent(std::sync::Mutex<Vec<u64>>);
+struct Sent(parking_lot::Mutex<Vec<u64>>);
 
 impl Sent {
-    fn calls(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn calls(&self) -> parking_lot::MutexGuard<'_, Vec<u64>> {
+        self.0.lock()
     }
 
     /// Calls sent at `at_ms` or after and not back yet (one sent in the millisecond a report

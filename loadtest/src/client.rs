@@ -10,7 +10,8 @@
 //! names the next node) makes the client open a connection there in the background, as a
 //! mobile app would ([`crate::preconnect`]).
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -323,9 +324,9 @@ impl GeoClient {
         }
     }
 
-    fn route(&self) -> std::sync::MutexGuard<'_, RouteCache> {
+    fn route(&self) -> parking_lot::MutexGuard<'_, RouteCache> {
         // The cache holds plain data; a panic elsewhere cannot leave it half-updated.
-        self.route.lock().unwrap_or_else(|e| e.into_inner())
+        self.route.lock()
     }
 
     async fn attempt(&self, req: &CallRequest, target: &Target) -> Step {

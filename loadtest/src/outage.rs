@@ -1,7 +1,8 @@
 //! `geofaas loadtest outage`: one static client; after a number of answers the edge serving it
 //! is killed with SIGKILL, and every later call must still be answered (paper IV-B3).
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geofaas_config::Role;
@@ -84,7 +85,7 @@ pub async fn run(ctx: &Ctx, args: &OutageArgs) -> anyhow::Result<()> {
                     row.seq, row.served_by
                 )),
             };
-            *kill.lock().unwrap_or_else(|e| e.into_inner()) = Some(KillRecord {
+            *kill.lock() = Some(KillRecord {
                 result,
                 after_seq: row.seq,
             });
@@ -100,7 +101,7 @@ pub async fn run(ctx: &Ctx, args: &OutageArgs) -> anyhow::Result<()> {
     };
     pb.finish_and_clear();
     let duration = started.elapsed().as_secs_f64();
-    let kill = kill.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let kill = kill.lock().clone();
     write_outputs(ctx, args, &rows, kill.as_ref(), duration)
 }
 

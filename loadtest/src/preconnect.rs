@@ -10,9 +10,10 @@
 //! covers the wait for the next request). [`Connections`] counts the connections the client
 //! opened, so a report can tell a call that opened one from a call that reused one.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -182,7 +183,7 @@ impl Preconnects {
     /// Whether to preconnect `origin` at `now` (not within [`AGAIN`] of the last time); if so,
     /// it counts as preconnected from `now`.
     pub fn claim(&self, origin: &Url, now: Instant) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.lock();
         last.retain(|_, at| now.saturating_duration_since(*at) < AGAIN);
         if last.contains_key(origin) {
             return false;

@@ -20,11 +20,12 @@
 //! at the end `summary.json` (the goals: no failed call, growth under 5 % after the settling
 //! time) and `soak.png` (P50/P99 over time with the restarts marked, and each node's memory).
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -181,7 +182,7 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
         let e = deploy(&bin, &spawned, &deploy_dir, 0, t0).await;
         anyhow::ensure!(e.ok, "the first deploy of {DEPLOYED} failed: {}", e.detail);
         files.event(&e);
-        events.lock().expect("events").push(e);
+        events.lock().push(e);
         functions.push(DEPLOYED.to_owned());
     }
     anyhow::ensure!(
@@ -220,7 +221,7 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
                 }
                 let e = deploy(&bin, &spawned, &deploy_dir, round, t0).await;
                 files.event(&e);
-                events.lock().expect("events").push(e);
+                events.lock().push(e);
             }
         });
     }
@@ -248,7 +249,7 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
                     },
                 };
                 files.event(&e);
-                events.lock().expect("events").push(e);
+                events.lock().push(e);
             }
         });
     }
@@ -301,12 +302,12 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
                 served_by: r.served_by.unwrap_or_default(),
                 error: r.error.unwrap_or_default(),
             };
-            samples.lock().expect("samples").push(s);
+            samples.lock().push(s);
         });
         made += 1;
         while calls.try_join_next().is_some() {}
         if made % 1000 == 0 {
-            let t = totals.lock().expect("totals");
+            let t = totals.lock();
             pb.set_position(at.as_secs());
             pb.set_message(format!("{made} calls, {} failed", t.failed));
         }
@@ -322,10 +323,10 @@ pub async fn run(args: &SoakArgs) -> anyhow::Result<()> {
     sample_once(&spawned, &files, &readings, elapsed);
     files.flush();
 
-    let readings = readings.lock().expect("readings").clone();
-    let windows = windows.lock().expect("windows").clone();
-    let events = events.lock().expect("events").clone();
-    let totals = totals.lock().expect("totals");
+    let readings = readings.lock().clone();
+    let windows = windows.lock().clone();
+    let events = events.lock().clone();
+    let totals = totals.lock();
     let settle_s = (args.settle_s as f64).min(elapsed / 2.0);
     let growth = growth(&readings, settle_s);
     let failed_goal = totals.failed == 0;
@@ -519,10 +520,10 @@ async fn windower(
             _ = tokio::time::sleep_until(end) => false,
             _ = stop.cancelled() => true,
         };
-        let batch = std::mem::take(&mut *samples.lock().expect("samples"));
+        let batch = std::mem::take(&mut *samples.lock());
         let mut hist = Histogram::<u64>::new(3).expect("valid");
         let mut failed = 0;
-        let mut t = totals.lock().expect("totals");
+        let mut t = totals.lock();
         for s in &batch {
             let _ = hist.record(s.latency_us);
             let _ = t.hist.record(s.latency_us);
@@ -556,7 +557,7 @@ async fn windower(
                 max_ms: hist.max() as f64 / 1000.0,
             };
             files.window(&w);
-            windows.lock().expect("windows").push(w);
+            windows.lock().push(w);
         }
         if last {
             break;
@@ -595,7 +596,7 @@ fn sample_once(spawned: &Spawned, files: &Files, readings: &Mutex<Vec<Reading>>,
             continue;
         };
         files.reading(&r);
-        readings.lock().expect("readings").push(r);
+        readings.lock().push(r);
     }
 }
 
@@ -776,7 +777,7 @@ impl Files {
     }
 
     fn line(f: &Mutex<std::io::BufWriter<std::fs::File>>, line: &str) {
-        let mut f = f.lock().expect("csv file");
+        let mut f = f.lock();
         // A full disk loses a line of a benchmark's record, not the run.
         let _ = writeln!(f, "{line}").and_then(|()| f.flush());
     }
@@ -842,7 +843,7 @@ impl Files {
 
     fn flush(&self) {
         for f in [&self.windows, &self.failures, &self.resources, &self.events] {
-            let _ = f.lock().expect("csv file").flush();
+            let _ = f.lock().flush();
         }
     }
 }

@@ -18,11 +18,11 @@
 //! cloud 25 ms away from everything. The node's certificate names the same IP addresses, so TLS
 //! still verifies through a relay.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -352,8 +352,8 @@ impl Spawned {
         lines[lines.len().saturating_sub(10)..].join("\n")
     }
 
-    fn children(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Child>> {
-        self.children.lock().unwrap_or_else(|e| e.into_inner())
+    fn children(&self) -> parking_lot::MutexGuard<'_, BTreeMap<String, Child>> {
+        self.children.lock()
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {

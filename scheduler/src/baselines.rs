@@ -1,7 +1,7 @@
 //! Baseline policies: random, nearest site (what GeoFaaS does) and greedy minimum estimated
 //! latency.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -47,7 +47,7 @@ impl Policy for RandomPolicy {
         if options.is_empty() {
             return None;
         }
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rng = self.rng.lock();
         Some(options[rng.gen_range(0..options.len())])
     }
 }

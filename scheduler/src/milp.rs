@@ -9,8 +9,8 @@
 //! the window's requests within what is free (memory: free plus evictable idle); per node and
 //! function, reuses within the idle containers. Redundant capacity rows are left out.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use good_lp::{
@@ -65,7 +65,7 @@ impl MilpPolicy {
 
     /// Solve-time statistics so far.
     pub fn stats(&self) -> SolveStats {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+        *self.stats.lock()
     }
 
     /// Name of the solver compiled in.
@@ -181,7 +181,7 @@ impl MilpPolicy {
             }
         }
         let dt = t0.elapsed();
-        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.stats.lock();
         s.solves += 1;
         s.total += dt;
         s.max = s.max.max(dt);

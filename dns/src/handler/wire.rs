@@ -3,9 +3,10 @@
 //! sending it. The batched UDP loop falls back to this for every query the fast path does not take, the
 //! fast path builds its templates with it, and the differential tests compare against it.
 
+use parking_lot::Mutex;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
@@ -24,7 +25,7 @@ pub(crate) struct Capture(Arc<Mutex<Option<Vec<u8>>>>);
 impl Capture {
     /// The response captured since the last call, if any.
     pub fn take(&self) -> Option<Vec<u8>> {
-        self.0.lock().ok()?.take()
+        self.0.lock().take()
     }
 }
 
@@ -47,9 +48,7 @@ impl ResponseHandler for Capture {
         let mut encoder = BinEncoder::new(&mut bytes);
         encoder.set_max_size(max);
         let info = response.destructive_emit(&mut encoder)?;
-        if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(bytes);
-        }
+        *self.0.lock() = Some(bytes);
         Ok(info)
     }
 }

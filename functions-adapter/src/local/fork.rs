@@ -11,12 +11,13 @@
 //!
 //! The fork server of each Python version, the other forker, is in `fork_server.rs`.
 
+use parking_lot::{Mutex as SyncMutex, MutexGuard};
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as SyncMutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -86,7 +87,7 @@ impl Rendezvous {
     }
 
     fn lock(&self) -> MutexGuard<'_, Waiters> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiting.lock()
     }
 }
 
@@ -166,10 +167,7 @@ async fn accept_loop(
             else {
                 return;
             };
-            let waiter = waiting
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&token);
+            let waiter = waiting.lock().remove(&token);
             // A connection nobody expects (a late one, a stranger) is closed.
             if let Some(waiter) = waiter {
                 let _ = waiter.send(stream);
@@ -201,7 +199,7 @@ pub(crate) struct Exits {
 
 impl Exits {
     fn lock(&self) -> MutexGuard<'_, HashMap<u32, Option<ExitStatus>>> {
-        self.statuses.lock().unwrap_or_else(|e| e.into_inner())
+        self.statuses.lock()
     }
 
     fn watch(&self, pid: u32) {

@@ -15,9 +15,10 @@
 //! [`MAX_LINE_BYTES`], and passes every new line to followers through a bounded broadcast (a
 //! slow follower loses lines, counted, and never slows a call).
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
@@ -116,7 +117,7 @@ impl FunctionLogs {
     ) {
         let text = cut(text);
         let line = {
-            let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rings = self.rings.lock();
             // Numbered and stamped under the lock: a reader of the rings has seen every line
             // up to the highest `seq` it got.
             let line = Arc::new(LogLine {
@@ -142,7 +143,7 @@ impl FunctionLogs {
     /// The kept lines of `function` (every function's with `None`) written at or after
     /// `since_us`, in the order they arrived.
     pub fn lines(&self, function: Option<&str>, since_us: u64) -> Vec<Arc<LogLine>> {
-        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let rings = self.rings.lock();
         let mut out: Vec<Arc<LogLine>> = rings
             .iter()
             .filter(|(name, _)| function.is_none_or(|f| f == &***name))

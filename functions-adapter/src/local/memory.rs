@@ -12,8 +12,8 @@
 //! [`MemoryBook::figure`] is the median of the last [`WINDOW`] samples, with their count; the
 //! node's live profile uses it in place of the configured size once it has enough of them.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Shortest time between two samples of one function version.
@@ -51,7 +51,7 @@ impl MemoryBook {
     pub(crate) fn after_call(self: &std::sync::Arc<Self>, pid: Option<u32>) {
         let Some(pid) = pid else { return };
         {
-            let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let s = self.state.lock();
             if s.last.is_some_and(|t| t.elapsed() < SAMPLE_EVERY) {
                 return;
             }
@@ -70,7 +70,7 @@ impl MemoryBook {
 
     /// Records one sample in MB.
     pub(crate) fn add(&self, mb: f64) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         let i = (s.n % WINDOW as u64) as usize;
         s.recent[i] = mb;
         s.n += 1;
@@ -79,7 +79,7 @@ impl MemoryBook {
 
     /// The median of the recent samples; `None` before the first.
     pub(crate) fn figure(&self) -> Option<MemoryFigure> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.state.lock();
         if s.n == 0 {
             return None;
         }

@@ -93,7 +93,7 @@ struct Inner {
     /// whole when a version is activated or removed; a call holds the version it started on.
     functions: ArcSwap<HashMap<String, Entry>>,
     /// Serialises changes of `functions` (readers never wait).
-    changes: std::sync::Mutex<()>,
+    changes: parking_lot::Mutex<()>,
     launch: Arc<Launch>,
     keep_alive: Duration,
     max_instances: usize,
@@ -245,7 +245,7 @@ impl LocalRuntime {
         });
         let inner = Arc::new(Inner {
             functions: ArcSwap::from_pointee(HashMap::new()),
-            changes: std::sync::Mutex::new(()),
+            changes: parking_lot::Mutex::new(()),
             launch,
             keep_alive,
             max_instances: cfg.max_instances,
@@ -409,7 +409,7 @@ impl LocalRuntime {
     /// a stable `percent` of callers get instead. Calls already running finish on the version
     /// they started on; a version no longer named is stopped once they have.
     pub fn activate(&self, live: Prepared, rollout: Option<(Prepared, u8)>) {
-        let _changing = self.inner.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let _changing = self.inner.changes.lock();
         let name = live.spec().name.clone();
         let mut functions = HashMap::clone(&self.inner.functions.load());
         let entry = Entry {
@@ -422,7 +422,7 @@ impl LocalRuntime {
 
     /// Stops serving `function`; calls running finish first. Whether it was served.
     pub fn remove(&self, function: &str) -> bool {
-        let _changing = self.inner.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let _changing = self.inner.changes.lock();
         let mut functions = HashMap::clone(&self.inner.functions.load());
         let removed = functions.remove(function).is_some();
         self.inner.functions.store(Arc::new(functions));

@@ -22,9 +22,10 @@
 //! call until taken, so [`super::PoolStats`] does not count them. They are stopped on shutdown
 //! and when the runtime is dropped; one that died while waiting is dropped when next looked at.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -116,7 +117,7 @@ impl NodePool {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock leaves only a queue of processes behind: keep going.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 
     async fn start_one(&self) -> Result<ProcWorker, StartError> {

@@ -6,11 +6,12 @@
 //! setting it between fork and exec needs `pre_exec`, which is `unsafe` and this crate forbids
 //! unsafe code; the wrapper execs in place, so the worker keeps the wrapper's PID.
 
+use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
@@ -103,13 +104,12 @@ impl StderrTail {
         let task = tokio::spawn(async move {
             let mut chunk = [0u8; 4096];
             let keep = |plain: Vec<u8>| {
-                if let Ok(mut tail) = sink.lock() {
-                    tail.extend_from_slice(&plain);
-                    let excess = tail.len().saturating_sub(TAIL_BYTES);
-                    tail.drain(..excess);
-                }
+                let mut tail = sink.lock();
+                tail.extend_from_slice(&plain);
+                let excess = tail.len().saturating_sub(TAIL_BYTES);
+                tail.drain(..excess);
             };
-            let current = || named.lock().map(|w| w.clone()).ok();
+            let current = || Some(named.lock().clone());
             while let Ok(n) = stderr.read(&mut chunk).await {
                 if n == 0 {
                     break;
@@ -131,9 +131,7 @@ impl StderrTail {
 
     /// Names the writer anew from now on (a generic worker that loaded a function).
     pub(crate) fn relabel(&self, writer: Writer) {
-        if let Ok(mut current) = self.writer.lock() {
-            *current = writer;
-        }
+        *self.writer.lock() = writer;
     }
 
     /// Waits up to `wait` for the process to close stderr, then returns what was captured.
@@ -149,10 +147,7 @@ impl StderrTail {
 
     /// What was captured so far, as lossy UTF-8.
     pub(crate) fn text(&self) -> String {
-        self.buf
-            .lock()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
+        String::from_utf8_lossy(&self.buf.lock()).into_owned()
     }
 }
 

@@ -26,9 +26,10 @@ mod journal;
 pub mod queue;
 mod saved;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
@@ -199,10 +200,6 @@ fn at_ms(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Why a call could not be accepted durably: `503`, naming the folder and the cause.
 fn not_durable(e: &std::io::Error) -> ApiError {
     let why = if e.kind() == std::io::ErrorKind::StorageFull {
@@ -266,7 +263,7 @@ impl Activations {
     /// Folds the journal's records, in order, into the node's view.
     fn replay(&mut self, records: Vec<Record>) {
         let now = SystemTime::now();
-        let pending = self.pending.get_mut().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending.get_mut();
         let mut undelivered = Vec::new();
         for r in records {
             match r {
@@ -345,10 +342,7 @@ impl Activations {
                 Record::Delivered { id } => undelivered.retain(|u| *u != id),
             }
         }
-        *self
-            .undelivered
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner()) = undelivered;
+        *self.undelivered.get_mut() = undelivered;
         let recovered: Vec<(String, u32)> = pending
             .iter()
             .map(|(id, p)| (id.clone(), p.errors.len() as u32))
@@ -360,7 +354,7 @@ impl Activations {
                 "activations: running again the calls accepted before the node stopped"
             );
         }
-        *self.recovered.get_mut().unwrap_or_else(|e| e.into_inner()) = recovered;
+        *self.recovered.get_mut() = recovered;
     }
 
     /// Sends accepted calls to the fleet's queue from now on (`[queue]`).
@@ -379,10 +373,10 @@ impl Activations {
         if self.live.set(Arc::downgrade(live)).is_err() {
             return;
         }
-        let recovered = std::mem::take(&mut *lock(&self.recovered));
+        let recovered = std::mem::take(&mut *self.recovered.lock());
         let state = live.current();
         for (id, _) in &recovered {
-            if let Some(p) = lock(&self.pending).get(id) {
+            if let Some(p) = self.pending.lock().get(id) {
                 state.telemetry.metrics.activation(&p.function, "recovered");
             }
         }
@@ -390,7 +384,7 @@ impl Activations {
             let (this, state) = (self.clone(), live.current());
             tokio::spawn(async move { this.drive(id, tries, state).await });
         }
-        let undelivered = std::mem::take(&mut *lock(&self.undelivered));
+        let undelivered = std::mem::take(&mut *self.undelivered.lock());
         for id in undelivered {
             if let Some(f) = self.finished(&id) {
                 self.post(id, f);
@@ -461,7 +455,7 @@ impl Activations {
         if let Some((key, fingerprint)) = key {
             self.keys.insert(key, (id.clone(), fingerprint));
         }
-        lock(&self.pending).insert(
+        self.pending.lock().insert(
             id.clone(),
             Pending {
                 function: call.function.clone(),
@@ -554,7 +548,7 @@ impl Activations {
             return;
         };
         {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             if pending.contains_key(&id) {
                 // Delivered again while it still runs here: the first delivery finishes it.
                 return;
@@ -623,7 +617,7 @@ impl Activations {
             let Some(state) = self.current(&fallback) else {
                 return;
             };
-            let saved = match lock(&self.pending).get_mut(&id) {
+            let saved = match self.pending.lock().get_mut(&id) {
                 Some(p) => {
                     p.waiting = false;
                     p.call.clone()
@@ -661,7 +655,7 @@ impl Activations {
             Ok(answer) => (answer, false),
             Err(e) => {
                 let error = SavedError::of(&e, now);
-                let mut pending = lock(&self.pending);
+                let mut pending = self.pending.lock();
                 let p = pending.get_mut(id)?;
                 p.errors.push(error.clone());
                 let tries = tries + 1;
@@ -691,7 +685,7 @@ impl Activations {
         };
         // Held until the answer is kept: a reader never finds the call in neither place (seen:
         // `GET /activations/ID` answering 404 right after a retry by hand ran).
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let p = pending.remove(id)?;
         self.running.fetch_sub(1, Ordering::AcqRel);
         let retention = match dead {
@@ -773,7 +767,9 @@ impl Activations {
     ) -> Result<Response<Body>, ApiError> {
         let visible =
             |owner: &Option<String>| admin || owner.is_none() || owner.as_deref() == reader;
-        let running = lock(&self.pending)
+        let running = self
+            .pending
+            .lock()
             .get(id)
             .is_some_and(|p| visible(&p.owner));
         if running {
@@ -819,7 +815,7 @@ impl Activations {
     pub fn list(&self, failed_only: bool) -> Vec<serde_json::Value> {
         let mut out: Vec<(u64, serde_json::Value)> = Vec::new();
         if !failed_only {
-            for (id, p) in lock(&self.pending).iter() {
+            for (id, p) in self.pending.lock().iter() {
                 out.push((p.accepted_ms, pending_summary(id, p)));
             }
             for (id, f) in self.answers.iter() {
@@ -835,7 +831,7 @@ impl Activations {
 
     /// One activation with every try's error.
     pub fn show(&self, id: &str) -> Result<serde_json::Value, ApiError> {
-        if let Some(p) = lock(&self.pending).get(id) {
+        if let Some(p) = self.pending.lock().get(id) {
             let mut v = pending_summary(id, p);
             v["attempts"] = errors_json(&p.errors);
             return Ok(v);
@@ -888,7 +884,7 @@ impl Activations {
             }
         }
         self.dead.invalidate(id);
-        lock(&self.pending).insert(
+        self.pending.lock().insert(
             id.to_owned(),
             Pending {
                 function: f.function.clone(),
@@ -909,7 +905,7 @@ impl Activations {
     pub fn report(&self, metrics: &crate::metrics::NodeMetrics) {
         let now = now_ms();
         let mut per: HashMap<&str, (u64, u64, u64)> = HashMap::new();
-        let pending = lock(&self.pending);
+        let pending = self.pending.lock();
         for p in pending.values() {
             let e = per.entry(p.function.as_str()).or_default();
             match p.waiting {
@@ -919,7 +915,7 @@ impl Activations {
             e.2 = e.2.max(now.saturating_sub(p.accepted_ms));
         }
         // A function whose calls all ended reads 0, not its last count.
-        let mut reported = lock(&self.reported);
+        let mut reported = self.reported.lock();
         for gone in reported.iter().filter(|f| !per.contains_key(f.as_str())) {
             metrics.activations_now(gone, 0, 0, Duration::ZERO);
         }

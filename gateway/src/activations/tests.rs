@@ -201,7 +201,9 @@ async fn replay_runs_the_unfinished_and_keeps_answers_and_dead_letters() {
         }
     }
     let a = Activations::open(dir.path()).unwrap();
-    let recovered: Vec<String> = lock(&a.recovered)
+    let recovered: Vec<String> = a
+        .recovered
+        .lock()
         .iter()
         .map(|(id, _)| id.clone())
         .collect();

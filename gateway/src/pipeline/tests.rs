@@ -1,8 +1,9 @@
 //! Whole calls through the pipeline, table by table: a request in, the answer's headers out, and
 //! what an observer registered with the node saw. A fake backend and a fake observer; no socket.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -91,7 +92,7 @@ struct Recorder(Mutex<Vec<Seen>>);
 impl Observer for Recorder {
     fn finished(&self, call: &CallCtx, status: StatusCode) {
         let done = call.done.as_ref();
-        self.0.lock().unwrap().push(Seen {
+        self.0.lock().push(Seen {
             function: call.function.clone(),
             status: status.as_u16(),
             handover: call.handover.clone(),
@@ -248,7 +249,7 @@ async fn each_call_is_rendered_once_from_its_context_and_observed_once() {
             .get("x-function-version"),
         Some("v1")
     );
-    let seen = seen.0.lock().unwrap().clone();
+    let seen = seen.0.lock().clone();
     assert_eq!(
         seen.len(),
         table.len() + 1,

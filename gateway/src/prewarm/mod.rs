@@ -25,10 +25,11 @@ pub mod path;
 pub mod preconnect;
 pub mod warm;
 
+use parking_lot::Mutex;
 use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderValue;
@@ -163,7 +164,7 @@ impl Prewarm {
     /// fixes within `forget_s` of this one.
     fn remember(&self, client: u64, fix: Fix) -> Vec<Fix> {
         let track = self.clients.get_with(client, Arc::default);
-        let mut track = track.lock().unwrap_or_else(|e| e.into_inner());
+        let mut track = track.lock();
         let span = Duration::from_secs(self.settings.forget_s);
         track.push_back(fix);
         while track.len() > self.settings.track_points
