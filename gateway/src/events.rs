@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::extract::Query;
+use axum::http::{Response, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use futures::{Stream, StreamExt as _};
@@ -37,7 +37,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::error::ApiError;
-use crate::node::Live;
 use crate::pipeline::{CallCtx, Done, Observer};
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
@@ -319,14 +318,9 @@ pub struct EventsQuery {
 
 /// `GET /events[?scope=node|fleet]`: the call stream (admin key, or another node's signature).
 pub async fn events(
-    State(live): State<Arc<Live>>,
+    crate::guard::Operator(state): crate::guard::Operator,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-    headers: HeaderMap,
 ) -> Response<Body> {
-    let state = live.current();
-    if let Err(e) = crate::ui::operator(&state, &headers, PATH) {
-        return e.into_response();
-    }
     let fleet = match query {
         Ok(Query(q)) => match q.scope.as_deref() {
             None | Some("node") => false,

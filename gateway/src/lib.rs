@@ -26,6 +26,7 @@ pub mod events;
 mod events_fleet;
 pub mod fleet;
 pub mod geo;
+pub mod guard;
 pub mod headers;
 pub mod idempotency;
 pub mod invoke;

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::Query;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::directory::Directory;
 use crate::error::ApiError;
+use crate::guard::Admin;
 use crate::node::{Live, NodeState};
 
 /// The path of the endpoint.
@@ -56,12 +57,9 @@ struct Wanted {
 }
 
 async fn logs(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     query: Result<Query<LogsQuery>, QueryRejection>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad(e.body_text()))?;
     let wanted = check(query, SystemTime::now())?;
     let rings = rings(&state.directory);

@@ -40,7 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use crate::guard::Admin;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -736,11 +736,7 @@ pub fn routes() -> Router<Arc<Live>> {
     Router::new().route(PROFILES_PATH, get(serve))
 }
 
-async fn serve(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response {
-    let state = live.current();
-    if let Err(e) = state.intake.access.admin(&headers) {
-        return e.into_response();
-    }
+async fn serve(Admin(state): Admin) -> Response {
     Json(
         state
             .scheduling

@@ -25,6 +25,7 @@ use tower::ServiceExt as _;
 use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
+use crate::guard::{Admin, Signed};
 use crate::headers::{self, HeaderLimits};
 use crate::node::{Live, NodeState};
 
@@ -235,12 +236,7 @@ async fn readyz(State(live): State<Arc<Live>>) -> impl IntoResponse {
     }
 }
 
-async fn registry(
-    State(live): State<Arc<Live>>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
+async fn registry(Admin(state): Admin) -> Result<Json<serde_json::Value>, ApiError> {
     let nodes: Vec<_> = state
         .place
         .map
@@ -263,19 +259,14 @@ async fn registry(
 
 /// `POST /node/load`: another node's load report ([`crate::loads::receive`]).
 async fn load_report(
-    State(live): State<Arc<Live>>,
-    headers: HeaderMap,
+    Signed { from, state }: Signed,
     body: axum::body::Bytes,
 ) -> Result<StatusCode, ApiError> {
-    crate::loads::receive(&live.current(), &headers, &body)?;
+    crate::loads::receive(&state, &from, &body)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn metrics(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<Body> {
-    let state = live.current();
-    if let Err(e) = state.intake.access.admin(&headers) {
-        return e.into_response();
-    }
+async fn metrics(Admin(state): Admin) -> Response<Body> {
     crate::prewarm::publish(&state);
     state.kept.activations.report(&state.telemetry.metrics);
     (

@@ -21,11 +21,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use base64::Engine as _;
 use geofaas_config::headers::OFFLOAD;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::guard::Operator;
 use crate::node::{Live, NodeState};
 
 const INDEX: &str = include_str!("ui/index.html");
@@ -51,49 +51,6 @@ pub fn routes() -> Router<Arc<Live>> {
         .route(crate::events::PATH, get(crate::events::events))
 }
 
-/// Allows an operator: anyone on an open node, a request signed by another node for `path`, or
-/// an admin key (bearer token, or the password of HTTP Basic auth).
-pub fn operator(state: &NodeState, headers: &HeaderMap, path: &str) -> Result<(), ApiError> {
-    if let (Some(key), Some(v)) = (&state.links.key, headers.get(OFFLOAD)) {
-        if v.to_str()
-            .ok()
-            .and_then(|v| key.verify(v, "GET", path))
-            .is_some()
-        {
-            return Ok(());
-        }
-    }
-    match basic_password(headers) {
-        Some(password) => {
-            let mut bearer = HeaderMap::new();
-            let value = HeaderValue::from_str(&format!("Bearer {password}")).map_err(|_| {
-                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "unknown API key")
-            })?;
-            bearer.insert(header::AUTHORIZATION, value);
-            state.intake.access.admin(&bearer).map(drop)
-        }
-        None => state.intake.access.admin(headers).map(drop),
-    }
-}
-
-/// The password of `Authorization: Basic base64(user:password)` (the user is ignored).
-fn basic_password(headers: &HeaderMap) -> Option<String> {
-    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, rest) = v.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    Some(
-        text.split_once(':')
-            .map_or(text.as_str(), |(_, p)| p)
-            .to_owned(),
-    )
-}
-
 /// The answer for an asset: the operator check, then `body` as `content_type`.
 fn asset(
     live: &Live,
@@ -103,7 +60,7 @@ fn asset(
     body: &'static str,
 ) -> Response<Body> {
     let state = live.current();
-    if let Err(e) = operator(&state, headers, path) {
+    if let Err(e) = crate::guard::operator(&state, &axum::http::Method::GET, path, headers) {
         let mut resp = e.into_response();
         if resp.status() == StatusCode::UNAUTHORIZED {
             // A browser asks its user for the key on this, and sends it with every later
@@ -162,9 +119,7 @@ async fn land(State(live): State<Arc<Live>>, headers: HeaderMap) -> Response<Bod
 }
 
 /// `GET /ui/node`: this node's own status.
-async fn node(State(live): State<Arc<Live>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let state = live.current();
-    operator(&state, &headers, NODE_PATH)?;
+async fn node(Operator(state): Operator) -> Result<Json<Value>, ApiError> {
     Ok(Json(own_status(&state).await))
 }
 
@@ -199,9 +154,7 @@ pub async fn own_status(state: &NodeState) -> Value {
 /// `GET /ui/state`: every node of the topology with its area, location and status; another
 /// node's status is asked of it (`GET /ui/node`, signed), and `{"error"}` when it did not
 /// answer within [`PEER_TIMEOUT`].
-async fn state(State(live): State<Arc<Live>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let state = live.current();
-    operator(&state, &headers, "/ui/state")?;
+async fn state(Operator(state): Operator) -> Result<Json<Value>, ApiError> {
     let asks = state.place.map.nodes().iter().map(|n| {
         let state = state.clone();
         async move {

@@ -10,14 +10,15 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::{Response, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::guard::Admin;
 use crate::node::Live;
 
 /// The admin routes of activations.
@@ -36,12 +37,9 @@ struct ListQuery {
 }
 
 async fn list(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     query: Result<Query<ListQuery>, QueryRejection>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -56,25 +54,16 @@ async fn list(
 }
 
 async fn show(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let activation = state.kept.activations.show(&id)?;
     Ok(Json(
         json!({"node": state.place.id, "activation": activation}),
     ))
 }
 
-async fn retry(
-    State(live): State<Arc<Live>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response<Body>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
+async fn retry(Admin(state): Admin, Path(id): Path<String>) -> Result<Response<Body>, ApiError> {
     let activations = state.kept.activations.clone();
     activations.retry(state, &id).await
 }

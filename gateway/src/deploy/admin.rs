@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::{DeployRequest, Deployer, Runtimes};
 use crate::error::ApiError;
+use crate::guard::Admin;
 use crate::node::{Live, NodeState};
 
 /// Request header: one `--env` entry, `KEY=VALUE`.
@@ -60,14 +61,12 @@ struct RollbackQuery {
 }
 
 async fn deploy(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     Path(name): Path<String>,
     query: Result<Query<DeployQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad_query(&e))?;
     let (deployer, runtime) = target(&state)?;
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
@@ -123,12 +122,7 @@ async fn deploy(
     })))
 }
 
-async fn list(
-    State(live): State<Arc<Live>>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
+async fn list(Admin(state): Admin) -> Result<Json<serde_json::Value>, ApiError> {
     let functions = match &state.deploys {
         Some(d) => d.list()?,
         None => Vec::new(),
@@ -139,12 +133,9 @@ async fn list(
 }
 
 async fn show(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let (deployer, _) = target(&state)?;
     match deployer.status(&name)? {
         Some(status) => Ok(Json(json!({"node": state.place.id, "function": status}))),
@@ -153,13 +144,10 @@ async fn show(
 }
 
 async fn rollback(
-    State(live): State<Arc<Live>>,
+    Admin(state): Admin,
     Path(name): Path<String>,
     query: Result<Query<RollbackQuery>, QueryRejection>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
     let Query(query) = query.map_err(|e| bad_query(&e))?;
     let (deployer, runtime) = target(&state)?;
     let status = deployer
@@ -171,13 +159,7 @@ async fn rollback(
     ))
 }
 
-async fn remove(
-    State(live): State<Arc<Live>>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<StatusCode, ApiError> {
-    let state = live.current();
-    state.intake.access.admin(&headers)?;
+async fn remove(Admin(state): Admin, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     let (deployer, runtime) = target(&state)?;
     if deployer.remove(&runtime, &name).await? {
         if let Some(e) = super::sync::unpublish(&state, &name).await {

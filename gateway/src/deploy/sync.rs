@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use axum::extract::Path;
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use geofaas_config::function::valid_function_name;
 use geofaas_config::headers::OFFLOAD;
 use geofaas_fleet::{DesiredFunction, DesiredFunctions, DesiredRollout, Fleet};
@@ -30,6 +30,7 @@ use super::checks::{bad_request, check_name, disk_error, now_s, reason_of};
 use super::store::{self, Rollout, VersionEnv, VersionInfo};
 use super::{FunctionStatus, Runtimes};
 use crate::error::ApiError;
+use crate::guard::Signed;
 use crate::node::{Live, NodeState};
 
 /// How soon a node tries again after a fetch or switch failed.
@@ -77,23 +78,9 @@ pub async fn unpublish(state: &NodeState, name: &str) -> Option<String> {
 /// with its environment in `X-Function-Env` / `X-Function-Secret`, for another node of the
 /// fleet only (offload signature).
 pub async fn serve_version(
-    State(live): State<Arc<Live>>,
+    Signed { from, state }: Signed,
     Path((name, id)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
-    let state = live.current();
-    let path = version_path(&name, &id);
-    let signed = state.links.key.as_ref().and_then(|key| {
-        let v = headers.get(OFFLOAD)?.to_str().ok()?;
-        key.verify(v, "GET", &path).map(str::to_owned)
-    });
-    let Some(from) = signed else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "versions are sent to other nodes of the fleet only (a valid node credential)",
-        ));
-    };
     let deployer = state
         .deploys
         .as_deref()

@@ -146,51 +146,16 @@ pub(super) fn retried_at_the_cloud(place: &Place, retry: Option<&HeaderValue>) -
 
 /// Offloaded by a peer with a valid, fresh signature: served where it lands. A signature
 /// that is not one is ignored (the call is routed as a client's); a real one made at a time
-/// outside the window is refused, `403 clock_skew` naming the node whose clock is off.
+/// outside the window is refused ([`crate::guard::peer`]).
 pub(super) fn signed_by_peer(
     state: &NodeState,
     method: &Method,
     uri: &Uri,
     offload: Option<&HeaderValue>,
 ) -> Result<bool, ApiError> {
-    let (Some(key), Some(v)) = (&state.links.key, offload) else {
-        return Ok(false);
-    };
-    let checked = v
-        .to_str()
-        .map_err(|_| crate::auth::Refusal::Signature)
-        .and_then(|v| key.check(v, method.as_str(), uri.path()));
-    match checked {
-        Ok(from) => {
-            tracing::debug!(from, "serving an offloaded call");
-            Ok(true)
-        }
-        Err(crate::auth::Refusal::Signature) => {
-            state.telemetry.metrics.signature_refused("signature");
-            tracing::warn!(
-                path = %uri.path().escape_debug(),
-                "offload credential did not verify; routing the call normally"
-            );
-            Ok(false)
-        }
-        Err(crate::auth::Refusal::Clock { node, skew_s }) => {
-            state.telemetry.metrics.signature_refused("clock");
-            let ahead = if skew_s > 0 { "ahead of" } else { "behind" };
-            tracing::error!(
-                node = %node,
-                skew_s,
-                "node {node}'s clock is {} s {ahead} this node's: its signed calls are refused (window ±60 s); check both clocks (NTP)",
-                skew_s.unsigned_abs()
-            );
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "clock_skew",
-                format!(
-                    "the call was signed by node {node:?} at a time {} s {ahead} node {:?}'s clock, outside the ±60 s window: refused; check both nodes' clocks (NTP)",
-                    skew_s.unsigned_abs(),
-                    state.place.id
-                ),
-            ))
-        }
+    let from = crate::guard::peer(state, method, uri.path(), offload)?;
+    if let Some(from) = &from {
+        tracing::debug!(from, "serving an offloaded call");
     }
+    Ok(from.is_some())
 }

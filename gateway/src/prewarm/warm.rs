@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::Path;
+use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use geofaas_config::function::valid_function_name;
@@ -21,6 +21,7 @@ use geofaas_functions::local::WarmUp;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::guard::Signed;
 use crate::node::{Live, NodeState};
 
 /// The path a node asks another to warm `function` at.
@@ -87,23 +88,9 @@ pub async fn ask(
 /// serves, `409 cannot_warm` one served only by backends without a warm-up path, `503` when
 /// the instance did not start.
 async fn warm(
-    State(live): State<Arc<Live>>,
+    Signed { from, state }: Signed,
     Path(function): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let state = live.current();
-    let from = state.links.key.as_ref().and_then(|key| {
-        let v = headers.get(OFFLOAD)?.to_str().ok()?;
-        key.verify(v, "POST", &warm_path(&function))
-            .map(str::to_owned)
-    });
-    let Some(from) = from else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "only another node of the platform may ask for a warm instance (a valid node credential)",
-        ));
-    };
     if !valid_function_name(&function) {
         return Err(ApiError::bad_function_name());
     }
