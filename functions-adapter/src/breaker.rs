@@ -275,8 +275,7 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn list(&self) -> Result<Vec<String>, InvokeError> {
-        // The embedded runtime's list is in memory and changes with each deploy: no cache.
-        if self.inner.local().is_some() {
+        if self.inner.lists_live() {
             return self.inner.list().await;
         }
         Ok(self
@@ -288,8 +287,8 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
     }
 
     async fn serves(&self, function: &str) -> bool {
-        if let Some(local) = self.inner.local() {
-            return local.serves(function);
+        if self.inner.lists_live() {
+            return self.inner.serves(function).await;
         }
         if let Some((list, true)) = self.catalog.peek() {
             return list.iter().any(|f| f == function);
@@ -303,6 +302,25 @@ impl<B: FunctionBackend> FunctionBackend for Guarded<B> {
 
     fn stats(&self, function: &str) -> Option<crate::PoolStats> {
         self.inner.stats(function)
+    }
+
+    fn lists_live(&self) -> bool {
+        self.inner.lists_live()
+    }
+
+    async fn warm_one(
+        &self,
+        function: &str,
+    ) -> Option<Result<crate::local::WarmUp, crate::LocalError>> {
+        self.inner.warm_one(function).await
+    }
+
+    fn prewarm_stats(&self) -> Option<crate::local::PrewarmStats> {
+        self.inner.prewarm_stats()
+    }
+
+    fn logs(&self) -> Option<&std::sync::Arc<crate::local::FunctionLogs>> {
+        self.inner.logs()
     }
 
     fn local(&self) -> Option<&crate::LocalRuntime> {

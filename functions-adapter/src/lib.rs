@@ -218,7 +218,32 @@ pub trait FunctionBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// The embedded runtime behind this backend, where it is one (deploys install into it).
+    /// Whether its function list is in memory and exact at every moment (the embedded
+    /// runtime's, which changes with each deploy): [`Guarded`] then asks it each time instead
+    /// of caching the list.
+    fn lists_live(&self) -> bool {
+        false
+    }
+
+    /// Starts one idle instance of `function` ahead of a call (pre-warming), where the backend
+    /// can without running the function; `None` (the default) where it cannot.
+    async fn warm_one(&self, function: &str) -> Option<Result<local::WarmUp, LocalError>> {
+        let _ = function;
+        None
+    }
+
+    /// Its pre-warming figures, where it pre-warms.
+    fn prewarm_stats(&self) -> Option<local::PrewarmStats> {
+        None
+    }
+
+    /// What its functions printed, where it keeps that (the embedded runtime's rings).
+    fn logs(&self) -> Option<&Arc<local::FunctionLogs>> {
+        None
+    }
+
+    /// The embedded runtime behind this backend, where it is one: what a deploy installs a
+    /// version into and a restart restores (nothing on the call path asks for it).
     fn local(&self) -> Option<&LocalRuntime> {
         None
     }

@@ -145,8 +145,7 @@ async fn forward(
 /// The log rings of this node's embedded runtimes.
 fn rings(directory: &Directory) -> Vec<Arc<FunctionLogs>> {
     let backends = directory.backends();
-    let locals = backends.iter().filter_map(|b| b.local());
-    locals.map(|l| Arc::clone(l.logs())).collect()
+    backends.iter().filter_map(|b| b.logs()).cloned().collect()
 }
 
 /// Appends `line` as one JSON object and a newline.

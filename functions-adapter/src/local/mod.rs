@@ -750,6 +750,26 @@ impl FunctionBackend for LocalRuntime {
         LocalRuntime::stats(self, function)
     }
 
+    async fn serves(&self, function: &str) -> bool {
+        LocalRuntime::serves(self, function)
+    }
+
+    fn lists_live(&self) -> bool {
+        true
+    }
+
+    async fn warm_one(&self, function: &str) -> Option<Result<WarmUp, LocalError>> {
+        Some(LocalRuntime::warm_one(self, function).await)
+    }
+
+    fn prewarm_stats(&self) -> Option<PrewarmStats> {
+        Some(LocalRuntime::prewarm_stats(self))
+    }
+
+    fn logs(&self) -> Option<&Arc<FunctionLogs>> {
+        Some(LocalRuntime::logs(self))
+    }
+
     fn local(&self) -> Option<&LocalRuntime> {
         Some(self)
     }

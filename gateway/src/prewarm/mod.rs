@@ -242,8 +242,12 @@ async fn send(state: Arc<NodeState>, ask: Ask) {
 /// clients it tracks.
 pub fn publish(state: &NodeState) {
     let mut stats = geofaas_functions::local::PrewarmStats::default();
-    for local in state.directory.backends().iter().filter_map(|b| b.local()) {
-        let s = local.prewarm_stats();
+    for s in state
+        .directory
+        .backends()
+        .iter()
+        .filter_map(|b| b.prewarm_stats())
+    {
         stats.started += s.started;
         stats.used += s.used;
         stats.wasted += s.wasted;

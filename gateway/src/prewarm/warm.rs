@@ -99,8 +99,10 @@ async fn warm(
         return Err(ApiError::unknown_function(&function));
     }
     for b in &backends {
-        let Some(local) = b.local() else { continue };
-        let warmed = local.warm_one(&function).await.map_err(|e| {
+        let Some(warmed) = b.warm_one(&function).await else {
+            continue;
+        };
+        let warmed = warmed.map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_started",
