@@ -1,5 +1,6 @@
 //! Shared fakes and helpers for geofaas tests (never linked into the product).
 //!
+//! - [`eventually`]: waiting for a condition with a deadline;
 //! - [`etcd`]: a real etcd server on free ports, for the fleet tests;
 //! - [`faults`]: a TCP fault proxy (refuse, black-hole, delay, drop answers, heal) between nodes;
 //! - [`nats`]: a real nats-server with JetStream, for the queue tests;
@@ -15,6 +16,7 @@
 
 pub mod delays;
 pub mod etcd;
+pub mod eventually;
 pub mod faults;
 pub mod memory;
 pub mod nats;
