@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use geofaas_test_support::eventually::within;
+
 use geofaas_config::{AreaConfig, Topology};
 use geofaas_gateway::TlsMaterial;
 use geofaas_test_support::etcd::EtcdServer;
@@ -320,23 +322,6 @@ impl Drop for Fleet {
     }
 }
 
-/// Polls `check` every 50 ms until it returns true or `bound` has passed; returns how long it took.
-async fn within<F, Fut>(bound: Duration, mut check: F) -> Option<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() > bound {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Berlin's and Potsdam's clients in the demo GeoIP database.
 const BERLIN_NET: &str = "192.0.2.1/24";

@@ -47,16 +47,8 @@ fn record(t: &Topology, id: &str) -> NodeRecord {
     NodeRecord::of(t.node(id).unwrap(), wkt, vec!["echo".into()])
 }
 
-/// Polls `cond` every 20 ms for at most `bound`.
-async fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = std::time::Instant::now();
-    while start.elapsed() < bound {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cond()
+async fn eventually(bound: Duration, cond: impl FnMut() -> bool) -> bool {
+    geofaas_test_support::eventually::holds_within(bound, cond).await
 }
 
 fn ids(f: &Fleet) -> Vec<String> {

@@ -117,14 +117,8 @@ pub fn address_space_limit(pid: u32) -> String {
 }
 
 /// Polls (bounded, 10 s) until `cond` holds; returns whether it did.
-pub async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..1000 {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    cond()
+pub async fn eventually(cond: impl FnMut() -> bool) -> bool {
+    geofaas_test_support::eventually::holds_within(Duration::from_secs(10), cond).await
 }
 
 /// Asserts that `pid` exits within the bounded wait.
