@@ -114,9 +114,13 @@ impl Bench {
     }
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    let at = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[at.min(sorted.len() - 1)]
+/// The `q` quantile of `samples` (hdrhistogram, microseconds, three significant digits).
+fn percentile(samples: &[Duration], q: f64) -> Duration {
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+    for s in samples {
+        h.saturating_record(s.as_micros() as u64);
+    }
+    Duration::from_micros(h.value_at_quantile(q))
 }
 
 fn ms(d: Duration) -> String {
