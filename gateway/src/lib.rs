@@ -124,7 +124,7 @@ pub struct NodeHandle {
     task: JoinHandle<std::io::Result<()>>,
     /// Sends and collects load reports for the scheduler ([`loads::exchange`]).
     exchange: JoinHandle<()>,
-    /// Folds queued metric samples into the histograms ([`metrics::upkeep`]).
+    /// Folds queued metric samples into the histograms ([`metrics_upkeep`]).
     upkeep: JoinHandle<()>,
     /// Runs the cron ticks this node claims ([`cron::run`]).
     cron: JoinHandle<()>,
@@ -157,7 +157,7 @@ impl NodeHandle {
             async move { token.cancelled().await },
         ));
         let exchange = tokio::spawn(loads::exchange(live.clone()));
-        let upkeep = tokio::spawn(metrics::upkeep(live.clone()));
+        let upkeep = tokio::spawn(metrics_upkeep(live.clone()));
         let cron = tokio::spawn(cron::run(live.clone()));
         let activations = state.kept.activations.clone();
         let queue = activations.queue().cloned().map(|q| {
@@ -312,5 +312,17 @@ pub struct MmdbLocator(pub geofaas_geo::GeoDb);
 impl GeoLocator for MmdbLocator {
     fn locate(&self, ip: std::net::IpAddr) -> Option<LatLon> {
         self.0.locate(ip).ok().and_then(|(_, loc)| loc)
+    }
+}
+
+/// How often queued metric samples are folded into the histograms.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs until aborted: [`metrics::NodeMetrics::run_upkeep`] every few seconds, on the metrics of the
+/// node's current state (a reload may replace them).
+async fn metrics_upkeep(live: Arc<node::Live>) {
+    loop {
+        tokio::time::sleep(UPKEEP_INTERVAL).await;
+        live.current().telemetry.metrics.run_upkeep();
     }
 }

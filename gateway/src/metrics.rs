@@ -410,38 +410,6 @@ impl NodeMetrics {
     }
 }
 
-/// How often queued metric samples are folded into the histograms.
-const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Runs until aborted: [`NodeMetrics::run_upkeep`] every few seconds, on the metrics of the
-/// node's current state (a reload may replace them).
-pub async fn upkeep(live: std::sync::Arc<crate::node::Live>) {
-    loop {
-        tokio::time::sleep(UPKEEP_INTERVAL).await;
-        live.current().telemetry.metrics.run_upkeep();
-    }
-}
-
-/// The call and placement counters as an observer of finished calls: every call that reached
-/// the run phase counts once, where it ran and why beside it.
-impl crate::pipeline::Observer for NodeMetrics {
-    fn finished(&self, call: &crate::pipeline::CallCtx, _status: axum::http::StatusCode) {
-        let Some(done) = &call.done else { return };
-        if let Some((ran, why)) = done.placement {
-            self.placement(ran.label(), why);
-        }
-        // A name no node serves (404, here or from the cloud) is whatever the client sent: keep
-        // it out of the labels.
-        let known = done.status != axum::http::StatusCode::NOT_FOUND;
-        self.call(
-            if known { &call.function } else { "_unknown" },
-            done.outcome,
-            done.ran_at,
-            done.elapsed,
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     #[should_panic(expected = "the probe noticed: not within")]
     async fn the_assertion_names_what_did_not_happen() {
-        assert_within(Duration::from_millis(50), "the probe noticed", || async { false }).await;
+        assert_within(Duration::from_millis(50), "the probe noticed", || async {
+            false
+        })
+        .await;
     }
 }

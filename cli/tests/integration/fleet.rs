@@ -322,7 +322,6 @@ impl Drop for Fleet {
     }
 }
 
-
 /// Berlin's and Potsdam's clients in the demo GeoIP database.
 const BERLIN_NET: &str = "192.0.2.1/24";
 

@@ -44,3 +44,23 @@ impl fmt::Debug for Observers {
         write!(f, "Observers({})", self.0.len())
     }
 }
+
+/// The call and placement counters as an observer of finished calls: every call that reached
+/// the run phase counts once, where it ran and why beside it.
+impl Observer for crate::metrics::NodeMetrics {
+    fn finished(&self, call: &CallCtx, _status: StatusCode) {
+        let Some(done) = &call.done else { return };
+        if let Some((ran, why)) = done.placement {
+            self.placement(ran.label(), why);
+        }
+        // A name no node serves (404, here or from the cloud) is whatever the client sent: keep
+        // it out of the labels.
+        let known = done.status != StatusCode::NOT_FOUND;
+        self.call(
+            if known { &call.function } else { "_unknown" },
+            done.outcome,
+            done.ran_at,
+            done.elapsed,
+        );
+    }
+}
