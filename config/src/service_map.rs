@@ -2,7 +2,9 @@
 //!
 //! The edges' areas are indexed by their bounding boxes in an R-tree (`rstar`), so finding the
 //! responsible node and checking the areas for overlaps at start cost a tree walk, not a scan
-//! of every node: a fleet of ten thousand edges routes as fast as one of three.
+//! of every node: a fleet of ten thousand edges routes as fast as one of three. The edges'
+//! locations are indexed too, as points on the unit sphere, for a node's neighbours
+//! ([`ServiceMap::neighbours`]): the few nodes it watches closely in a large fleet.
 
 use std::collections::HashMap;
 
@@ -31,6 +33,15 @@ pub struct NodeEntry {
 
 /// An edge's bounding box (x = lon, y = lat) with its index in the node list.
 type Indexed = GeomWithData<Rectangle<[f64; 2]>, usize>;
+/// An edge's location on the unit sphere with its index in the node list: the chord between two
+/// such points grows with their great-circle distance, so the nearest point is the nearest edge.
+type Located = GeomWithData<[f64; 3], usize>;
+
+/// `p` on the unit sphere.
+fn on_sphere(p: LatLon) -> [f64; 3] {
+    let (lat, lon) = (p.lat.to_radians(), p.lon.to_radians());
+    [lat.cos() * lon.cos(), lat.cos() * lon.sin(), lat.sin()]
+}
 
 /// The area lookup built from a validated topology.
 #[derive(Clone, Debug)]
@@ -44,6 +55,8 @@ pub struct ServiceMap {
     index: RTree<Indexed>,
     /// Edges whose area is the whole world (no box to index), in file order.
     unbounded: Vec<usize>,
+    /// Edges by location.
+    located: RTree<Located>,
 }
 
 /// The bounding box of an edge's area, `None` for the world.
@@ -130,6 +143,14 @@ impl ServiceMap {
             .enumerate()
             .map(|(i, n)| (n.id.clone(), i))
             .collect();
+        let located = RTree::bulk_load(
+            nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.role == Role::Edge)
+                .map(|(i, n)| Located::new(on_sphere(n.location), i))
+                .collect(),
+        );
         Ok(Self {
             nodes,
             cloud,
@@ -137,6 +158,7 @@ impl ServiceMap {
             by_id,
             index,
             unbounded,
+            located,
         })
     }
 
@@ -198,22 +220,97 @@ impl ServiceMap {
         best.map_or_else(|| self.cloud(), |(n, _)| n)
     }
 
-    /// Edges ordered by great-circle distance from `p`, nearest first, with their distance in km.
-    pub fn edges_by_distance(&self, p: LatLon) -> Vec<(&NodeEntry, f64)> {
-        let mut edges: Vec<_> = self
-            .nodes
+    /// The edges node `id` watches closely, nearest first: the `nearest` other edges by
+    /// great-circle distance (file order among equals) and every other edge whose area's
+    /// bounding box meets its own (a handover across a border goes there). The cloud is not
+    /// listed: every node watches it anyway. Empty for an unknown id.
+    pub fn neighbours(&self, id: &str, nearest: usize) -> Vec<&NodeEntry> {
+        let Some(&me) = self.by_id.get(id) else {
+            return Vec::new();
+        };
+        let node = &self.nodes[me];
+        let ranked = |j: usize| (node.location.distance_km(self.nodes[j].location), j);
+        // The tree walks by chord, which orders as the great-circle distance up to rounding:
+        // everything within a millimetre of the `nearest`-th is read, then cut in file order.
+        let mut near: Vec<(f64, usize)> = Vec::new();
+        if nearest > 0 {
+            let mut cut = f64::INFINITY;
+            for e in self
+                .located
+                .nearest_neighbor_iter(&on_sphere(node.location))
+            {
+                if e.data == me {
+                    continue;
+                }
+                let r = ranked(e.data);
+                if r.0 > cut + 1e-6 {
+                    break;
+                }
+                near.push(r);
+                if near.len() == nearest {
+                    cut = r.0;
+                }
+            }
+            near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            near.truncate(nearest);
+        }
+        let touching: Vec<usize> = match (node.role, bounds(&node.area)) {
+            (Role::Edge, Some(b)) => self
+                .index
+                .locate_in_envelope_intersecting(&b)
+                .map(|o| o.data)
+                .chain(self.unbounded.iter().copied())
+                .collect(),
+            (Role::Edge, None) => (0..self.nodes.len())
+                .filter(|&j| self.nodes[j].role == Role::Edge)
+                .collect(),
+            (Role::Cloud, _) => Vec::new(),
+        };
+        near.extend(touching.into_iter().filter(|&j| j != me).map(ranked));
+        near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        near.dedup_by_key(|r| r.1);
+        near.into_iter().map(|(_, j)| &self.nodes[j]).collect()
+    }
+
+    /// The edges that count node `id` among their [`ServiceMap::neighbours`] (with the same
+    /// `nearest`), in file order: the ones that place calls on it and want its load reports.
+    pub fn watchers(&self, id: &str, nearest: usize) -> Vec<&NodeEntry> {
+        self.nodes
             .iter()
-            .filter(|n| n.role == Role::Edge)
-            .map(|n| (n, p.distance_km(n.location)))
-            .collect();
-        edges.sort_by(|a, b| a.1.total_cmp(&b.1));
-        edges
+            .filter(|n| n.role == Role::Edge && n.id != id)
+            .filter(|n| self.neighbours(&n.id, nearest).iter().any(|m| m.id == id))
+            .collect()
+    }
+
+    /// The edges within `max_km` of `p` (great-circle), nearest first (file order among
+    /// equals), as their index in [`ServiceMap::nodes`] with their distance in km: a walk of
+    /// the location index that stops at the first edge farther away.
+    pub fn edges_within(&self, p: LatLon, max_km: f64) -> Vec<(usize, f64)> {
+        let mut out: Vec<(usize, f64)> = Vec::new();
+        for e in self.located.nearest_neighbor_iter(&on_sphere(p)) {
+            let d = p.distance_km(self.nodes[e.data].location);
+            // Chord and great-circle order agree up to rounding: a millimetre of slack.
+            if d > max_km + 1e-6 {
+                break;
+            }
+            if d <= max_km {
+                out.push((e.data, d));
+            }
+        }
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        out
+    }
+
+    /// The index of node `id` in [`ServiceMap::nodes`].
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).copied()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
+    use rstar::Envelope;
 
     use super::*;
     use crate::area::AreaConfig;
@@ -274,6 +371,31 @@ mod tests {
         out
     }
 
+    /// [`ServiceMap::neighbours`]' rule over a sort of every node.
+    fn neighbours_by_scan<'m>(map: &'m ServiceMap, id: &str, nearest: usize) -> Vec<&'m str> {
+        let nodes = map.nodes();
+        let me = nodes.iter().position(|n| n.id == id).unwrap();
+        let boxes = |n: &NodeEntry| bounds(&n.area);
+        let meets = |a: &Option<AABB<[f64; 2]>>, b: &Option<AABB<[f64; 2]>>| match (a, b) {
+            (Some(a), Some(b)) => a.intersects(b),
+            _ => true,
+        };
+        let mut ranked: Vec<(f64, usize)> = (0..nodes.len())
+            .filter(|&j| j != me && nodes[j].role == Role::Edge)
+            .map(|j| (nodes[me].location.distance_km(nodes[j].location), j))
+            .collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mine = boxes(&nodes[me]);
+        ranked
+            .iter()
+            .enumerate()
+            .filter(|&(rank, &(_, j))| {
+                rank < nearest || (nodes[me].role == Role::Edge && meets(&mine, &boxes(&nodes[j])))
+            })
+            .map(|(_, &(_, j))| nodes[j].id.as_str())
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -301,6 +423,44 @@ mod tests {
             }
             prop_assert_eq!(map.warnings(), &warnings_by_scan(&map)[..]);
             prop_assert!(map.node("nosuch").is_none());
+        }
+
+        /// A node's neighbours are what the rule says, read off a sort of every edge: the
+        /// `nearest` other edges (file order among equals) and every edge whose box meets its
+        /// own, nearest first; for the cloud only the nearest. Fleets spread wide and packed
+        /// tight, so both parts decide.
+        #[test]
+        fn neighbours_are_the_nearest_and_the_touching(
+            edges in prop::collection::vec(
+                (48.0f64..55.0, 5.0f64..20.0, 0.5f64..40.0, any::<bool>()),
+                1..60,
+            ),
+            nearest in 0usize..10,
+        ) {
+            let map = map_of(&edges);
+            for node in map.nodes() {
+                let got: Vec<&str> = map.neighbours(&node.id, nearest).iter().map(|n| n.id.as_str()).collect();
+                prop_assert_eq!(got, neighbours_by_scan(&map, &node.id, nearest), "of {}", node.id);
+            }
+            prop_assert!(map.neighbours("nosuch", nearest).is_empty());
+            let p = map.nodes()[0].location;
+            let km = nearest as f64 * 30.0;
+            let mut by_scan: Vec<(usize, f64)> = (0..map.nodes().len())
+                .filter(|&j| map.nodes()[j].role == Role::Edge)
+                .map(|j| (j, p.distance_km(map.nodes()[j].location)))
+                .filter(|&(_, d)| d <= km)
+                .collect();
+            by_scan.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+            prop_assert_eq!(map.edges_within(p, km), by_scan);
+            for node in map.nodes() {
+                let watchers: Vec<&str> = map.watchers(&node.id, nearest).iter().map(|n| n.id.as_str()).collect();
+                let by_scan: Vec<&str> = map.nodes().iter()
+                    .filter(|n| n.role == Role::Edge && n.id != node.id)
+                    .filter(|n| neighbours_by_scan(&map, &n.id, nearest).contains(&node.id.as_str()))
+                    .map(|n| n.id.as_str())
+                    .collect();
+                prop_assert_eq!(watchers, by_scan, "of {}", node.id);
+            }
         }
     }
 

@@ -183,6 +183,12 @@ pub struct GatewaySettings {
     /// Then, milliseconds in-flight calls get to finish before the node exits. Default 30000.
     #[serde(default = "default_drain_timeout_ms")]
     pub drain_timeout_ms: u64,
+    /// How many of the nearest other edges a node watches closely: it probes their `/readyz`
+    /// every `dns.probe_interval_ms`, sends them its load reports and places calls on them.
+    /// Edges whose areas touch its own are watched too, and the cloud always; any other node
+    /// is probed only while this node hands clients over to it. Default 8.
+    #[serde(default = "default_neighbours")]
+    pub neighbours: usize,
 }
 
 fn default_max_body_bytes() -> usize {
@@ -209,6 +215,9 @@ fn default_drain_grace_ms() -> u64 {
 fn default_drain_timeout_ms() -> u64 {
     30_000
 }
+fn default_neighbours() -> usize {
+    8
+}
 
 impl Default for GatewaySettings {
     fn default() -> Self {
@@ -221,6 +230,7 @@ impl Default for GatewaySettings {
             peer_refresh_s: default_peer_refresh_s(),
             drain_grace_ms: default_drain_grace_ms(),
             drain_timeout_ms: default_drain_timeout_ms(),
+            neighbours: default_neighbours(),
         }
     }
 }

@@ -111,14 +111,16 @@ impl Router {
         let Some(p) = location else {
             return self.unlocated.clone();
         };
-        let mut order: Vec<u16> = Vec::with_capacity(self.nodes.len());
+        let mut order: Vec<u16> = Vec::new();
         let responsible = self.map.responsible(p);
+        let first = self.map.position(&responsible.id);
         if responsible.role == Role::Edge {
-            order.extend(index_of(&self.nodes, &responsible.id));
+            order.extend(first.and_then(|i| u16::try_from(i).ok()));
         }
-        for (edge, km) in self.map.edges_by_distance(p) {
-            if km <= self.max_distance_km && edge.id != responsible.id {
-                order.extend(index_of(&self.nodes, &edge.id));
+        // The map's nodes are the topology's, in its order: the same indices as `self.nodes`.
+        for (i, _) in self.map.edges_within(p, self.max_distance_km) {
+            if Some(i) != first {
+                order.extend(u16::try_from(i).ok());
             }
         }
         order.retain(|&i| self.has_address(usize::from(i)));

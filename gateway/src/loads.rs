@@ -1,8 +1,9 @@
 //! The other nodes' load as this node knows it, for the scheduler's candidates.
 //!
 //! With a `[registry]` the reports come from etcd ([`geofaas_fleet::Fleet::loads`], copied here
-//! once per interval). Without one, every node sends its own report to every edge about every
-//! `scheduler.load_interval_ms`, as `POST /node/load` signed with the offload secret (the
+//! once per interval). Without one, every node sends its own report about every
+//! `scheduler.load_interval_ms` to the edges that can place calls on it (an edge to those that
+//! count it as a neighbour, the cloud to every edge: [`crate::node::Links::report_to`]), as `POST /node/load` signed with the offload secret (the
 //! offload credential over that path), and an edge keeps the latest per node. Either way a
 //! report older than [`STALE_INTERVALS`] intervals (by the time it was measured) is ignored,
 //! so a node that stopped reporting stops being a candidate. Nothing here runs on a call's path
@@ -16,7 +17,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use geofaas_config::headers::OFFLOAD;
-use geofaas_config::{Role, Topology};
+use geofaas_config::Topology;
 use geofaas_fleet::{now_ms, LoadReport};
 
 use crate::error::ApiError;
@@ -127,8 +128,8 @@ pub fn receive(state: &NodeState, from: &str, body: &Bytes) -> Result<(), ApiErr
 }
 
 /// Runs until aborted: each interval, with a scheduler configured, copies the registry's
-/// reports into the board, or (without a registry) sends this node's report to every other
-/// edge. Each send is its own task, so a dead peer delays nothing.
+/// reports into the board, or (without a registry) sends this node's report to the edges
+/// that place calls on it. Each send is its own task, so a dead peer delays nothing.
 pub async fn exchange(live: Arc<Live>) {
     loop {
         let state = live.current();
@@ -163,10 +164,12 @@ fn send_reports(state: &NodeState, interval: Duration) {
         return;
     };
     let body = Bytes::from(body);
-    for node in state.place.map.nodes() {
-        if node.id == state.place.id || node.role != Role::Edge {
-            continue;
-        }
+    for node in state
+        .links
+        .report_to
+        .iter()
+        .filter_map(|id| state.place.map.node(id))
+    {
         let Ok(url) = node.public_url.join(LOAD_PATH) else {
             continue;
         };

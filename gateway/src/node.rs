@@ -143,6 +143,10 @@ pub struct Links {
     /// HTTPS client for node-to-node requests other than calls (load reports, versions,
     /// warm-ups).
     pub client: Option<reqwest::Client>,
+    /// The edges this node's load reports go to without a registry: at an edge those that
+    /// count it as a neighbour ([`geofaas_config::ServiceMap::watchers`]), at the cloud every
+    /// edge (each one places calls on it).
+    pub report_to: Vec<String>,
 }
 
 impl Links {
@@ -172,18 +176,37 @@ impl Links {
             Some(crate::peers::PeerHealth::start(
                 &place.map,
                 &place.id,
+                place.topology.gateway.neighbours,
                 https_client(opts)?,
                 interval,
                 profiles.clone(),
+                opts.fleet.as_ref().map(|f| f.view()),
             ))
         } else {
             None
+        };
+        let report_to = match (&key, place.role) {
+            (None, _) => Vec::new(),
+            (Some(_), Role::Cloud) => place
+                .map
+                .nodes()
+                .iter()
+                .filter(|n| n.role == Role::Edge)
+                .map(|n| n.id.clone())
+                .collect(),
+            (Some(_), Role::Edge) => place
+                .map
+                .watchers(&place.id, place.topology.gateway.neighbours)
+                .into_iter()
+                .map(|n| n.id.clone())
+                .collect(),
         };
         Ok(Self {
             outbound,
             key,
             health,
             client,
+            report_to,
         })
     }
 }
@@ -221,6 +244,7 @@ impl Scheduling {
         let policy = match links.outbound {
             Some(_) => EdgeScheduler::from_topology(
                 &place.topology,
+                &place.map,
                 &place.id,
                 loads.clone(),
                 profiles.clone(),

@@ -252,9 +252,16 @@ async fn registry(Admin(state): Admin) -> Result<Json<serde_json::Value>, ApiErr
             })
         })
         .collect();
-    Ok(Json(
-        json!({"self": state.place.id, "ready": state.intake.ready.load(Ordering::Relaxed), "nodes": nodes}),
-    ))
+    // With a registry, the nodes registered there now (a far node not among them counts as down).
+    let registered: Option<Vec<String>> = state
+        .fleet()
+        .map(|f| f.view().borrow().nodes.keys().cloned().collect());
+    Ok(Json(json!({
+        "self": state.place.id,
+        "ready": state.intake.ready.load(Ordering::Relaxed),
+        "nodes": nodes,
+        "registered": registered,
+    })))
 }
 
 /// `POST /node/load`: another node's load report ([`crate::loads::receive`]).

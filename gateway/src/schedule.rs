@@ -35,7 +35,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use geofaas_config::{BackendConfig, LatLon, Role, SchedulerPolicy, Topology};
+use geofaas_config::{BackendConfig, LatLon, Role, SchedulerPolicy, ServiceMap, Topology};
 use geofaas_fleet::{now_ms, LoadReport};
 use geofaas_functions::{FunctionBackend, PoolStats};
 use geofaas_scheduler::baselines::GreedyPolicy;
@@ -185,10 +185,12 @@ impl std::fmt::Debug for EdgeScheduler {
 
 impl EdgeScheduler {
     /// The scheduler the topology asks for at edge `id`, reading other nodes' load from
-    /// `loads`; `None` for policy `none`. PPO weights that cannot be loaded make it greedy, with
+    /// `loads`; `None` for policy `none`. Its neighbours are `id`'s in `map`
+    /// ([`ServiceMap::neighbours`], `gateway.neighbours` of them). PPO weights that cannot be loaded make it greedy, with
     /// one warning naming the file and the error. Measured figures come from `book`.
     pub fn from_topology(
         topology: &Topology,
+        map: &ServiceMap,
         id: &str,
         loads: Arc<LoadBoard>,
         book: Arc<ProfileBook>,
@@ -214,6 +216,11 @@ impl EdgeScheduler {
             },
         };
         let specs = geofaas_scheduler::topology::Topology::from_config(topology)?;
+        let near: std::collections::HashSet<&str> = map
+            .neighbours(id, topology.gateway.neighbours)
+            .into_iter()
+            .map(|n| n.id.as_str())
+            .collect();
         let mut here = None;
         let mut cloud = None;
         let mut neighbors = Vec::new();
@@ -222,12 +229,13 @@ impl EdgeScheduler {
             match node.role {
                 _ if node.id == id => here = Some((*spec, cold)),
                 Role::Cloud => cloud = Some((node.id.clone(), *spec, cold)),
-                Role::Edge => neighbors.push(Neighbor {
+                Role::Edge if near.contains(node.id.as_str()) => neighbors.push(Neighbor {
                     id: node.id.clone(),
                     url: node.public_url.clone(),
                     spec: *spec,
                     cold,
                 }),
+                Role::Edge => {}
             }
         }
         let (here, here_cold) = here.ok_or_else(|| anyhow::anyhow!("no node {id:?}"))?;
@@ -790,9 +798,15 @@ mod tests {
             .replace("policy = \"none\"", "policy = \"greedy\"");
         let topology =
             Topology::parse(&text, "berlin.toml", std::path::Path::new("../examples")).unwrap();
-        EdgeScheduler::from_topology(&topology, "tu-berlin", Arc::default(), Arc::default())
-            .unwrap()
-            .expect("a policy")
+        EdgeScheduler::from_topology(
+            &topology,
+            &topology.service_map().unwrap(),
+            "tu-berlin",
+            Arc::default(),
+            Arc::default(),
+        )
+        .unwrap()
+        .expect("a policy")
     }
 
     /// Berlin at tu-berlin with each node's `cores` as `bench/scheduler/compare.sh` gives them
@@ -807,9 +821,15 @@ mod tests {
         let topology =
             Topology::parse(&text, "berlin.toml", std::path::Path::new("../examples")).unwrap();
         let loads = Arc::new(LoadBoard::default());
-        let s = EdgeScheduler::from_topology(&topology, "tu-berlin", loads.clone(), Arc::default())
-            .unwrap()
-            .expect("a policy");
+        let s = EdgeScheduler::from_topology(
+            &topology,
+            &topology.service_map().unwrap(),
+            "tu-berlin",
+            loads.clone(),
+            Arc::default(),
+        )
+        .unwrap()
+        .expect("a policy");
         (s, topology, loads)
     }
 
