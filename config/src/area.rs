@@ -315,12 +315,13 @@ pub fn hexagon(center: LatLon, r: f64) -> Polygon<f64> {
 /// A geodesic circle approximated by 64 vertices.
 pub fn circle(center: LatLon, radius_km: f64) -> Polygon<f64> {
     let c = center.point();
-    let mut ring: Vec<Coord<f64>> = (0..64)
-        .map(|i| {
-            let p = Haversine.destination(c, f64::from(i) * 360.0 / 64.0, radius_km * 1000.0);
-            p.0
-        })
-        .collect();
+    // 65 points exactly (the ring is closed): a fleet of 10 000 circles keeps them all.
+    let mut ring: Vec<Coord<f64>> = Vec::with_capacity(65);
+    ring.extend((0..64).map(|i| {
+        Haversine
+            .destination(c, f64::from(i) * 360.0 / 64.0, radius_km * 1000.0)
+            .0
+    }));
     ring.push(ring[0]);
     Polygon::new(LineString(ring), vec![])
 }

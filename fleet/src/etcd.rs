@@ -440,12 +440,23 @@ impl Etcd {
         prefix: &[u8],
         from: i64,
     ) -> Result<impl Stream<Item = Result<pb::WatchResponse, tonic::Status>>, FleetError> {
+        self.watch_range(prefix, &prefix_end(prefix), from).await
+    }
+
+    /// The events of keys in `[key, range_end)` from revision `from` on, as
+    /// [`Etcd::watch_prefix`].
+    pub async fn watch_range(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        from: i64,
+    ) -> Result<impl Stream<Item = Result<pb::WatchResponse, tonic::Status>>, FleetError> {
         let (tx, rx) = mpsc::channel(1);
         let create = pb::WatchRequest {
             request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
                 pb::WatchCreateRequest {
-                    key: prefix.to_vec(),
-                    range_end: prefix_end(prefix),
+                    key: key.to_vec(),
+                    range_end: range_end.to_vec(),
                     start_revision: from,
                     progress_notify: true,
                 },

@@ -3,7 +3,9 @@
 //!
 //! [`Fleet::start`] connects (lazily) and follows everything under the registry prefix in the
 //! background ([`watcher`]); readers take the latest view from memory ([`Fleet::view`],
-//! [`Fleet::loads`], [`Fleet::calls`]) and never wait for etcd. [`Fleet::join`] registers a
+//! [`Fleet::calls`]) and never wait for etcd. Load reports are not followed: a node reads
+//! those of the nodes it places calls on ([`Fleet::loads_of`]), so what a node receives does
+//! not grow with the fleet. [`Fleet::join`] registers a
 //! node ([`member`]). [`view::merge`] is the one place that decides which registered nodes
 //! join a topology. Keys, under `registry.prefix`:
 //!
@@ -38,7 +40,7 @@ pub mod pb {
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use geofaas_config::{RegistrySettings, Topology};
 use tokio::sync::watch;
@@ -157,14 +159,42 @@ impl Fleet {
         Ok(value.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok()))
     }
 
-    /// Each node's latest load report, leaving out those older than three report intervals.
-    pub fn loads(&self) -> BTreeMap<String, LoadReport> {
+    /// The latest load reports of nodes `ids`, read from etcd now (one get per node, all at
+    /// once), leaving out a node whose report is gone (its lease expired) and one whose report
+    /// did not change for three report intervals. While etcd does not answer, the last report
+    /// read of each node stands until it is that old.
+    pub async fn loads_of(&self, ids: &[&str]) -> BTreeMap<String, LoadReport> {
+        let reads = ids.iter().map(|&id| async move {
+            let key = format!("{}load/{id}", self.settings.prefix);
+            (id, self.etcd.get(key.as_bytes()).await)
+        });
+        let read = futures::future::join_all(reads).await;
         let stale = Duration::from_millis(self.settings.load_interval_ms.saturating_mul(3));
-        let loads = self.loads.read();
-        loads
-            .iter()
+        let mut loads = self.loads.write();
+        for (id, got) in read {
+            match got {
+                Ok(Some(value)) => {
+                    let Ok(report) = serde_json::from_slice::<LoadReport>(&value) else {
+                        continue;
+                    };
+                    // A report that did not change keeps the time it first arrived.
+                    if loads
+                        .get(id)
+                        .is_none_or(|(old, _)| old.at_ms != report.at_ms)
+                    {
+                        loads.insert(id.to_owned(), (report, Instant::now()));
+                    }
+                }
+                Ok(None) => {
+                    loads.remove(id);
+                }
+                Err(e) => tracing::debug!(node = id, error = %e, "load report not read"),
+            }
+        }
+        ids.iter()
+            .filter_map(|&id| loads.get(id).map(|l| (id, l)))
             .filter(|(_, (_, at))| at.elapsed() <= stale)
-            .map(|(id, (r, _))| (id.clone(), r.clone()))
+            .map(|(id, (r, _))| (id.to_owned(), r.clone()))
             .collect()
     }
 

@@ -1,6 +1,8 @@
-//! Keeps the registry in memory: reads everything under the prefix, then follows the watch;
-//! when the watch breaks (etcd down, compaction) it keeps the last view and starts over once
-//! etcd answers again. Readers never wait for etcd.
+//! Keeps the registry in memory: reads everything under the prefix, then follows the watch of
+//! everything but the load reports (which change every interval at every node, and which a node
+//! reads only of the few nodes it places calls on: [`crate::Fleet::loads_of`]); when the watch
+//! breaks (etcd down, compaction) it keeps the last view and starts over once etcd answers
+//! again. Readers never wait for etcd.
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -81,7 +83,17 @@ async fn follow(etcd: &Etcd, sinks: &Sinks) -> Result<(), crate::FleetError> {
     publish_functions(sinks, functions.clone());
     publish(sinks, view.clone());
     tracing::debug!(nodes = view.nodes.len(), revision, "registry read");
-    let mut events = Box::pin(etcd.watch_prefix(prefix, revision + 1).await?);
+    // Two watches, below and above the load reports' keys.
+    let load = format!("{}load/", sinks.prefix).into_bytes();
+    let below = etcd.watch_range(prefix, &load, revision + 1).await?;
+    let above = etcd
+        .watch_range(
+            &crate::etcd::prefix_end(&load),
+            &crate::etcd::prefix_end(prefix),
+            revision + 1,
+        )
+        .await?;
+    let mut events = futures::stream::select(Box::pin(below), Box::pin(above));
     sinks.connected.store(true, Ordering::Relaxed);
     while let Some(resp) = events.next().await {
         let resp = resp?;

@@ -1,7 +1,7 @@
 //! The other nodes' load as this node knows it, for the scheduler's candidates.
 //!
-//! With a `[registry]` the reports come from etcd ([`geofaas_fleet::Fleet::loads`], copied here
-//! once per interval). Without one, every node sends its own report about every
+//! With a `[registry]` the reports come from etcd: once per interval an edge reads those of its
+//! scheduler's neighbours and the cloud ([`geofaas_fleet::Fleet::loads_of`]). Without one, every node sends its own report about every
 //! `scheduler.load_interval_ms` to the edges that can place calls on it (an edge to those that
 //! count it as a neighbour, the cloud to every edge: [`crate::node::Links::report_to`]), as `POST /node/load` signed with the offload secret (the
 //! offload credential over that path), and an edge keeps the latest per node. Either way a
@@ -127,21 +127,24 @@ pub fn receive(state: &NodeState, from: &str, body: &Bytes) -> Result<(), ApiErr
     Ok(())
 }
 
-/// Runs until aborted: each interval, with a scheduler configured, copies the registry's
-/// reports into the board, or (without a registry) sends this node's report to the edges
+/// Runs until aborted: each interval, with a scheduler configured, reads the reports of the
+/// nodes it places calls on from the registry into the board, or (without a registry) sends this node's report to the edges
 /// that place calls on it. Each send is its own task, so a dead peer delays nothing.
 pub async fn exchange(live: Arc<Live>) {
     loop {
         let state = live.current();
         let interval = Duration::from_millis(interval_ms(&state.place.topology));
         if state.place.topology.scheduler.policy != geofaas_config::SchedulerPolicy::None {
-            match state.fleet() {
-                Some(fleet) => {
-                    for (_, report) in fleet.loads() {
+            match (state.fleet(), &state.scheduling.policy) {
+                (Some(fleet), Some(policy)) => {
+                    let watched = policy.watched();
+                    let read = tokio::time::timeout(interval, fleet.loads_of(&watched));
+                    for (_, report) in read.await.unwrap_or_default() {
                         state.scheduling.loads.put(report);
                     }
                 }
-                None => send_reports(&state, interval),
+                (Some(_), None) => {}
+                (None, _) => send_reports(&state, interval),
             }
         }
         drop(state);

@@ -284,6 +284,16 @@ impl EdgeScheduler {
         self.reason
     }
 
+    /// The nodes this edge may place calls on, whose load reports it reads: its neighbours and
+    /// the cloud.
+    pub fn watched(&self) -> Vec<&str> {
+        self.neighbors
+            .iter()
+            .map(|n| n.id.as_str())
+            .chain(std::iter::once(self.cloud_id.as_str()))
+            .collect()
+    }
+
     /// Neighbouring edge `i` of a [`Placement::Neighbor`].
     pub fn neighbor(&self, i: usize) -> Option<&Neighbor> {
         self.neighbors.get(i)

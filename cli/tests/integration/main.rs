@@ -36,6 +36,7 @@ mod queue;
 mod quorum;
 mod remote_deploy;
 mod router;
+mod scale;
 mod scheduler;
 mod security;
 mod ui;

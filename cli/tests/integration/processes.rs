@@ -5,7 +5,8 @@
 //! an offload secret. A node's `public_url` may name another port than it listens on (a fault
 //! proxy's, [`Layout::public_ports`]), a node may listen on its own loopback address (so the
 //! geo DNS, [`Fleet::spawn_dns`], answers one address per node), serve its own functions folder
-//! and have other backends before its local one.
+//! and have other backends before its local one. Nodes may be in the topology without running
+//! ([`Layout::idle`]: the rest of a large fleet).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,8 @@ pub struct Layout<'a> {
     pub state_dir: Option<PathBuf>,
     /// Environment variables of single nodes (a faked clock).
     pub node_env: HashMap<&'static str, Vec<(String, String)>>,
+    /// Nodes in the topology that are not started.
+    pub idle: &'a [&'static str],
     pub rust_log: &'a str,
 }
 
@@ -70,6 +73,7 @@ impl<'a> Layout<'a> {
             node_backends: HashMap::new(),
             state_dir: None,
             node_env: HashMap::new(),
+            idle: &[],
             rust_log: "warn",
         }
     }
@@ -106,6 +110,7 @@ impl Fleet {
             node_backends,
             state_dir,
             node_env,
+            idle,
             rust_log,
         } = layout;
         let dir = tempfile::tempdir().unwrap();
@@ -173,7 +178,7 @@ impl Fleet {
             config,
             rust_log: rust_log.to_owned(),
         };
-        for &(id, ..) in nodes {
+        for &(id, ..) in nodes.iter().filter(|(id, ..)| !idle.contains(id)) {
             fleet.spawn(id);
         }
         fleet
@@ -242,9 +247,9 @@ impl Fleet {
         std::fs::read_to_string(self.path(&format!("{id}.log"))).unwrap_or_default()
     }
 
-    /// Waits until every node is ready.
+    /// Waits until every started node is ready.
     pub async fn wait_all_ready(&self) {
-        for id in self.ports.keys() {
+        for id in self.children.keys() {
             self.wait_ready(id).await;
         }
     }
