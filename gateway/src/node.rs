@@ -173,11 +173,17 @@ impl Links {
         };
         let health = if opts.probe_peers && tokio::runtime::Handle::try_current().is_ok() {
             let interval = Duration::from_millis(place.topology.dns.probe_interval_ms.max(50));
+            // The probes share the node-to-node client's connections, which a reload (in a
+            // fleet: every node that joins or leaves) keeps: no new handshakes with each.
+            let probes = match &client {
+                Some(c) => c.clone(),
+                None => https_client(opts)?,
+            };
             Some(crate::peers::PeerHealth::start(
                 &place.map,
                 &place.id,
                 place.topology.gateway.neighbours,
-                https_client(opts)?,
+                probes,
                 interval,
                 profiles.clone(),
                 opts.fleet.as_ref().map(|f| f.view()),

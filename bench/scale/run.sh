@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One node's cost as its fleet grows: for each size, one `geofaas node` (edge-0) of a topology of
+# that many edges (bench/scale/topology.py: 5 km circles on a grid over Europe; the other nodes
+# are not running, their ports refuse) and, in the same run for every size:
+#   start-up   spawn until /readyz answers 200;
+#   idle       CPU (utime+stime from /proc) over IDLE_S seconds and resident memory after them,
+#              with the offload secret set and the greedy scheduler on, so probes and load
+#              reports run as in a fleet;
+#   routed     h2load's requests per second for a client in the last edge's area (every answer
+#              a 307 to that edge), the node pinned to $NODE_CPUS and h2load to $LOAD_CPUS.
+# Prints a table and writes $RESULTS/scale.csv.
+#
+# Needs: h2load (nghttp2-client), openssl, curl, python3, taskset.
+# Usage: bench/scale/run.sh
+#   env: BIN=path (default target/release/geofaas, built unless NO_BUILD=1)
+#        SIZES="3 100 1000 10000" IDLE_S=10 LOAD_S=10 CONNS=4 STREAMS=8
+#        NODE_CPUS=1 LOAD_CPUS=0 PORT=19443 RESULTS=dir
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SIZES=${SIZES:-3 100 1000 10000}
+IDLE_S=${IDLE_S:-10}
+LOAD_S=${LOAD_S:-10}
+CONNS=${CONNS:-4}
+STREAMS=${STREAMS:-8}
+NODE_CPUS=${NODE_CPUS:-1}
+LOAD_CPUS=${LOAD_CPUS:-0}
+PORT=${PORT:-19443}
+WORK=$(mktemp -d /tmp/geofaas-scale.XXXXXX)
+RESULTS=${RESULTS:-$WORK/results}
+mkdir -p "$RESULTS"
+PID=""
+cleanup() {
+  [[ -n "$PID" ]] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cd "$ROOT"
+if [[ -z "${NO_BUILD:-}" && -z "${BIN:-}" ]]; then cargo build --release -q -p geofaas; fi
+BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/geofaas}
+
+mkdir -p "$WORK/tls" "$WORK/functions"
+(
+  cd "$WORK/tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=geofaas scale CA" -keyout ca-key.pem -out ca.pem 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+    -keyout key.pem -out cert.csr 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,IP:127.0.0.2\n' > ext.cnf
+  openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 \
+    -extfile ext.cnf -out cert.pem 2>/dev/null
+)
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+hz=$(getconf CLK_TCK)
+export GEOFAAS_OFFLOAD_SECRET=scale-bench-secret
+
+echo "edges,startup_ms,idle_cpu_percent,rss_mib,routed_per_s" > "$RESULTS/scale.csv"
+printf '%8s %11s %10s %9s %12s\n' edges startup_ms idle_cpu rss_MiB routed/s
+for n in $SIZES; do
+  dir="$WORK/n$n"
+  mkdir -p "$dir"
+  python3 "$HERE/topology.py" "$n" "$PORT" "$WORK/tls" > "$dir/topology.toml" 2> "$dir/point"
+  point=$(cat "$dir/point")
+  start=$(date +%s%N)
+  taskset -c "$NODE_CPUS" "$BIN" node --config "$dir/topology.toml" --node edge-0 \
+    --state-dir "$dir/state" 2> "$dir/node.log" &
+  PID=$!
+  ready=""
+  for _ in $(seq 600); do
+    curl -fsk -o /dev/null "https://127.0.0.1:$PORT/readyz" 2>/dev/null && { ready=1; break; }
+    kill -0 "$PID" 2>/dev/null || { echo "node of $n edges exited:" >&2; tail -5 "$dir/node.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  [[ -n "$ready" ]] || { echo "node of $n edges never ready:" >&2; tail -5 "$dir/node.log" >&2; exit 1; }
+  startup_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  sleep 2
+  t0=$(ticks "$PID")
+  sleep "$IDLE_S"
+  t1=$(ticks "$PID")
+  idle=$(python3 -c "print(f'{100 * ($t1 - $t0) / $hz / $IDLE_S:.2f}')")
+  rss=$(python3 -c "print(f'{$(rss_kib "$PID") / 1024:.1f}')")
+  code=$(curl -sk -o /dev/null -w '%{http_code}' -H "x-client-location: $point" \
+    "https://127.0.0.1:$PORT/fn/echo")
+  [[ "$code" == 307 ]] || { echo "a client at $point got $code, not a 307" >&2; exit 1; }
+  routed=$(taskset -c "$LOAD_CPUS" h2load -D "$LOAD_S" -c "$CONNS" -m "$STREAMS" \
+    -H "x-client-location: $point" "https://127.0.0.1:$PORT/fn/echo" 2>&1 |
+    awk '/^finished in/ {gsub(",", "", $4); print $4}')
+  kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  printf '%8s %11s %10s %9s %12s\n' "$n" "$startup_ms" "$idle%" "$rss" "$routed"
+  echo "$n,$startup_ms,$idle,$rss,$routed" >> "$RESULTS/scale.csv"
+done
