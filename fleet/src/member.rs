@@ -240,6 +240,7 @@ async fn keep(j: &Joining, lease: i64) -> FleetError {
 
 /// CPU use of this process and its function processes between samples ([`crate::usage`]).
 struct CpuMeter {
+    tree: crate::usage::Tree,
     last: (u64, std::time::Instant),
 }
 
@@ -248,13 +249,16 @@ const TICKS_PER_S: f64 = 100.0;
 
 impl CpuMeter {
     fn new(_interval: Duration) -> Self {
+        let mut tree = crate::usage::Tree::default();
+        let ticks = tree.sample().ticks;
         Self {
-            last: (crate::usage::tree().ticks, std::time::Instant::now()),
+            tree,
+            last: (ticks, std::time::Instant::now()),
         }
     }
 
     fn sample(&mut self) -> (f64, u64) {
-        let usage = crate::usage::tree();
+        let usage = self.tree.sample();
         let (ticks, memory) = (usage.ticks, usage.memory_bytes);
         let now = std::time::Instant::now();
         let dt = now.duration_since(self.last.1).as_secs_f64();

@@ -2,8 +2,17 @@
 //! runtime's Python zygote, fork servers and function instances, Node.js workers, `fn.sh`
 //! runs), read from `/proc`. The gateway process alone idles near 0 % while its functions
 //! work in those processes, so a load report counts the whole tree.
+//!
+//! Finding the descendants means reading every `/proc/<pid>/stat` of the machine (this kernel
+//! has no `/proc/<pid>/task/<tid>/children`), so a [`Tree`] followed over time does that only
+//! every [`RESCAN`] and in between reads the processes it found: several nodes on one machine
+//! do not each read all of the others' processes every report interval.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How often a [`Tree`] reads the whole of `/proc` again for new descendants.
+pub const RESCAN: Duration = Duration::from_secs(10);
 
 /// What [`tree`] read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,9 +56,50 @@ fn memory(pid: u32) -> u64 {
 
 /// This process and its live descendants, summed (zeros where there is no `/proc`).
 pub fn tree() -> TreeUsage {
+    scan().0
+}
+
+/// This process's tree read over time: [`tree`] every [`RESCAN`], in between only the
+/// descendants the last scan found (one that started since shows at the next scan).
+#[derive(Debug, Default)]
+pub struct Tree {
+    descendants: Vec<u32>,
+    scanned: Option<Instant>,
+}
+
+impl Tree {
+    /// The tree's usage now.
+    pub fn sample(&mut self) -> TreeUsage {
+        if self.scanned.is_none_or(|at| at.elapsed() >= RESCAN) {
+            let (usage, descendants) = scan();
+            self.descendants = descendants;
+            self.scanned = Some(Instant::now());
+            return usage;
+        }
+        let me = std::process::id();
+        let mut usage = TreeUsage {
+            ticks: stat(me).map_or(0, |(_, ticks)| ticks),
+            memory_bytes: memory(me),
+            processes: 1,
+        };
+        self.descendants.retain(|&pid| match stat(pid) {
+            Some((_, ticks)) => {
+                usage.ticks += ticks;
+                usage.memory_bytes += memory(pid);
+                usage.processes += 1;
+                true
+            }
+            None => false,
+        });
+        usage
+    }
+}
+
+/// [`tree`], with the descendants' pids.
+fn scan() -> (TreeUsage, Vec<u32>) {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return TreeUsage::default();
+        return (TreeUsage::default(), Vec::new());
     };
     let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
     let mut own = None;
@@ -75,15 +125,17 @@ pub fn tree() -> TreeUsage {
         processes: 1,
     };
     let mut todo = vec![me];
+    let mut descendants = Vec::new();
     while let Some(parent) = todo.pop() {
         for &(pid, ticks) in children.get(&parent).map_or(&[][..], Vec::as_slice) {
             usage.ticks += ticks;
             usage.memory_bytes += memory(pid);
             usage.processes += 1;
             todo.push(pid);
+            descendants.push(pid);
         }
     }
-    usage
+    (usage, descendants)
 }
 
 #[cfg(test)]
@@ -116,5 +168,31 @@ mod tests {
         // The child burned at least 20 ticks; the test thread mostly slept.
         assert!(grown.ticks - before.ticks > own, "{grown:?} vs own {own}");
         assert!(grown.memory_bytes > 0);
+    }
+
+    /// Between scans a followed tree reads the children it found: a child that exits drops out
+    /// at once, one started since waits for the next scan.
+    #[test]
+    fn a_followed_tree_reads_the_children_its_last_scan_found() {
+        let mut first = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut tree = Tree::default();
+        let scanned = tree.sample();
+        let mut second = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(tree.sample().processes, scanned.processes, "no rescan yet");
+        first.kill().unwrap();
+        first.wait().unwrap();
+        assert_eq!(tree.sample().processes, scanned.processes - 1);
+        assert!(
+            super::tree().processes >= scanned.processes,
+            "a scan sees the second"
+        );
+        second.kill().unwrap();
+        second.wait().unwrap();
     }
 }

@@ -247,9 +247,13 @@ impl Fleet {
         std::fs::read_to_string(self.path(&format!("{id}.log"))).unwrap_or_default()
     }
 
-    /// Waits until every started node is ready.
+    /// Waits until every started node is ready (not the DNS, not an idle node).
     pub async fn wait_all_ready(&self) {
-        for id in self.children.keys() {
+        for id in self
+            .ports
+            .keys()
+            .filter(|id| self.children.contains_key(*id))
+        {
             self.wait_ready(id).await;
         }
     }
