@@ -10,7 +10,7 @@
 # Needs: etcd (Debian etcd-server), curl, python3.
 # Usage: bench/scale/fleet.sh
 #   env: BIN=path (default target/release/geofaas)  EDGES=100  SETTLE_S=30  IDLE_S=20
-#        BASE_PORT=21000 ETCD_PORT=2579 RESULTS=dir
+#        BASE_PORT=21000 ETCD_PORT=2579 RESULTS=dir KEEP_LOGS=dir (the nodes' and etcd's logs kept there)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +27,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  [[ -n "${KEEP_LOGS:-}" ]] && mkdir -p "$KEEP_LOGS" && cp "$WORK"/*.log "$KEEP_LOGS"/
   rm -rf "$WORK"
 }
 trap cleanup EXIT
