@@ -34,17 +34,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/geofaas}
 
-mkdir -p "$WORK/tls" "$WORK/functions"
-(
-  cd "$WORK/tls"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj "/CN=geofaas fleet CA" -keyout ca-key.pem -out ca.pem 2>/dev/null
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-    -keyout key.pem -out cert.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1\n' > ext.cnf
-  openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 \
-    -extfile ext.cnf -out cert.pem 2>/dev/null
-)
+mkdir -p "$WORK/functions"
+"$HERE/tls.sh" "$WORK/tls"
 
 etcd --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
