@@ -7,14 +7,19 @@
 #              with the offload secret set and the greedy scheduler on, so probes and load
 #              reports run as in a fleet;
 #   routed     h2load's requests per second for a client in the last edge's area (every answer
-#              a 307 to that edge), the node pinned to $NODE_CPUS and h2load to $LOAD_CPUS.
+#              a 307 to that edge), the node pinned to $NODE_CPUS and h2load to $LOAD_CPUS;
+#   dns        `geofaas dns` of the same topology (each node on its own loopback address,
+#              no health checks), on $NODE_CPUS: its resident memory once it answers, and
+#              dnsperf's answered queries per second (on $LOAD_CPUS) for gw.<zone> A with an
+#              ECS subnet located in the last edge's area (every answer that edge, checked
+#              with dig first); the mmdb comes from dns/examples/mmdb.rs.
 # Prints a table and writes $RESULTS/scale.csv.
 #
-# Needs: h2load (nghttp2-client), openssl, curl, python3, taskset.
+# Needs: h2load (nghttp2-client), dnsperf, dig, openssl, curl, python3, taskset.
 # Usage: bench/scale/run.sh
 #   env: BIN=path (default target/release/geofaas, built unless NO_BUILD=1)
 #        SIZES="3 100 1000 10000" IDLE_S=10 LOAD_S=10 CONNS=4 STREAMS=8
-#        NODE_CPUS=1 LOAD_CPUS=0 PORT=19443 RESULTS=dir
+#        NODE_CPUS=1 LOAD_CPUS=0 PORT=19443 DNS_PORT=19353 MMDB=path (of the example) RESULTS=dir
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +32,7 @@ STREAMS=${STREAMS:-8}
 NODE_CPUS=${NODE_CPUS:-1}
 LOAD_CPUS=${LOAD_CPUS:-0}
 PORT=${PORT:-19443}
+DNS_PORT=${DNS_PORT:-19353}
 WORK=$(mktemp -d /tmp/geofaas-scale.XXXXXX)
 RESULTS=${RESULTS:-$WORK/results}
 mkdir -p "$RESULTS"
@@ -41,6 +47,10 @@ trap 'exit 130' INT TERM
 cd "$ROOT"
 if [[ -z "${NO_BUILD:-}" && -z "${BIN:-}" ]]; then cargo build --release -q -p geofaas; fi
 BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/geofaas}
+if [[ -z "${MMDB:-}" ]]; then
+  cargo build --release -q -p geofaas-dns --example mmdb
+  MMDB=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/mmdb
+fi
 
 mkdir -p "$WORK/functions"
 "$HERE/tls.sh" "$WORK/tls"
@@ -50,8 +60,33 @@ rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hz=$(getconf CLK_TCK)
 export GEOFAAS_OFFLOAD_SECRET=scale-bench-secret
 
-echo "edges,startup_ms,idle_cpu_percent,rss_mib,routed_per_s" > "$RESULTS/scale.csv"
-printf '%8s %11s %10s %9s %12s\n' edges startup_ms idle_cpu rss_MiB routed/s
+# The geo DNS of the topology in $1 ($3 edges), its mmdb locating 10.1.0.0/24 at the point $2
+# in the last edge's area: "rss_MiB qps".
+dns() {
+  local dir=$1 point=$2 n=$3 got="" pid
+  local want="127.10.$((n / 256)).$((n % 256))"  # topology.py --hosts: edge-(n-1)
+  echo "10.1.0.0/24 ${point/,/ }" | "$MMDB" "$dir/scale.mmdb" 2>/dev/null
+  RUST_LOG=warn taskset -c "$NODE_CPUS" "$BIN" dns --config "$dir/dns.toml" --mmdb "$dir/scale.mmdb" \
+    --listen "127.0.0.1:$DNS_PORT" --no-health-checks 2> "$dir/dns.log" &
+  pid=$!
+  for _ in $(seq 300); do
+    got=$(dig @127.0.0.1 -p "$DNS_PORT" gw.scale.test A +subnet=10.1.0.1/24 +short +time=1 +tries=1 2>/dev/null || true)
+    [[ "$got" == "$want" ]] && break
+    sleep 0.1
+  done
+  [[ "$got" == "$want" ]] || { echo "the geo DNS answered '$got', not the last edge's $want" >&2; kill "$pid"; exit 1; }
+  local rss
+  rss=$(python3 -c "print(f'{$(rss_kib "$pid") / 1024:.1f}')")
+  echo "gw.scale.test A" > "$dir/queries"
+  taskset -c "$LOAD_CPUS" dnsperf -s 127.0.0.1 -p "$DNS_PORT" -d "$dir/queries" -l "$LOAD_S" \
+    -c 8 -q 200 -T 1 -e -E "8:000118000a0100" > "$dir/dnsperf.out" 2>&1
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  grep -q "NOERROR [0-9]* (100.00%)" "$dir/dnsperf.out" || { cat "$dir/dnsperf.out" >&2; exit 1; }
+  echo "$rss $(awk '/Queries per second/ {printf "%.0f", $4}' "$dir/dnsperf.out")"
+}
+
+echo "edges,startup_ms,idle_cpu_percent,rss_mib,routed_per_s,dns_rss_mib,dns_qps" > "$RESULTS/scale.csv"
+printf '%8s %11s %10s %9s %12s %13s %9s\n' edges startup_ms idle_cpu rss_MiB routed/s dns_rss_MiB dns_q/s
 for n in $SIZES; do
   dir="$WORK/n$n"
   mkdir -p "$dir"
@@ -82,6 +117,9 @@ for n in $SIZES; do
     -H "x-client-location: $point" "https://127.0.0.1:$PORT/fn/echo" 2>&1 |
     awk '/^finished in/ {gsub(",", "", $4); print $4}')
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
-  printf '%8s %11s %10s %9s %12s\n' "$n" "$startup_ms" "$idle%" "$rss" "$routed"
-  echo "$n,$startup_ms,$idle,$rss,$routed" >> "$RESULTS/scale.csv"
+  python3 "$HERE/topology.py" "$n" "$PORT" "$WORK/tls" --hosts > "$dir/dns.toml" 2>/dev/null
+  measured=$(dns "$dir" "$point" "$n")
+  read -r dns_rss dns_qps <<< "$measured"
+  printf '%8s %11s %10s %9s %12s %13s %9s\n' "$n" "$startup_ms" "$idle%" "$rss" "$routed" "$dns_rss" "$dns_qps"
+  echo "$n,$startup_ms,$idle,$rss,$routed,$dns_rss,$dns_qps" >> "$RESULTS/scale.csv"
 done

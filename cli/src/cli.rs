@@ -89,10 +89,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
-    let topology = Arc::new(Topology::load(&args.config)?);
-    for w in topology.service_map()?.warnings() {
-        tracing::warn!("{w}");
-    }
+    let topology = Arc::new(Topology::load_apart(&args.config)?);
     let node = topology.node(&args.node).with_context(|| {
         format!(
             "{}: no node {:?}; nodes are {:?}",
@@ -226,7 +223,7 @@ mod tests {
 
     #[test]
     fn each_cause_is_printed_once() {
-        let err = Topology::load("/nonexistent/berlin.toml").unwrap_err();
+        let err = Topology::load_apart("/nonexistent/berlin.toml").unwrap_err();
         let err = anyhow::Error::new(err).context("starting the demo");
         let report = geofaas_gateway::error::error_report(&err);
         assert_eq!(

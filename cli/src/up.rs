@@ -50,7 +50,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         None => crate::bundle::write(&args.state_dir.join("demo"))
             .context("writing the embedded demo topology and functions")?,
     };
-    let topology = Arc::new(Topology::load(&config)?);
+    let topology = Arc::new(Topology::load_apart(&config)?);
     let map = topology.service_map()?;
     let places = demo_places(&topology);
     for w in map.warnings() {

@@ -56,14 +56,16 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
     }
     let context = || format!("geo DNS for {}", args.config.display());
     // In a fleet, the registered nodes join the file's (the watch keeps them in memory).
-    let first = Topology::load(&args.config).with_context(context)?;
+    let first = Topology::load_apart(&args.config).with_context(context)?;
     let fleet = match &first.registry {
         Some(r) => Some(geofaas_fleet::Fleet::start(r).with_context(context)?),
         None => None,
     };
     let mut view = fleet.as_ref().map(|f| f.view());
-    let build = |mmdb: Option<PathBuf>, view: Option<&FleetWatch>| -> anyhow::Result<DnsServer> {
-        let mut topology = Topology::load(&args.config)?;
+    let build = |mut topology: Topology,
+                 mmdb: Option<PathBuf>,
+                 view: Option<&FleetWatch>|
+     -> anyhow::Result<DnsServer> {
         if let Some(v) = view {
             let current = v.borrow().clone();
             let (merged, refusals) = geofaas_fleet::merge(&topology, None, &current);
@@ -74,7 +76,10 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
         }
         Ok(DnsServer::new(&topology, options(&args, mmdb, &topology))?)
     };
-    let mut server = build(mmdb.clone(), view.as_ref()).with_context(context)?;
+    let mut server = build(first, mmdb.clone(), view.as_ref()).with_context(context)?;
+    let rebuild = |mmdb: Option<PathBuf>, view: Option<&FleetWatch>| {
+        build(Topology::load(&args.config)?, mmdb, view)
+    };
     let mut reloads = Signals::hangup();
     let stop = shutdown_signal();
     tokio::pin!(stop);
@@ -91,11 +96,11 @@ pub async fn run_cli(args: DnsArgs) -> anyhow::Result<()> {
                     return running.await?.with_context(context);
                 }
                 ended = &mut running => return ended?.with_context(context),
-                () = reloads.next() => match build(mmdb.clone(), view.as_ref()) {
+                () = reloads.next() => match rebuild(mmdb.clone(), view.as_ref()) {
                     Ok(next) => break next,
                     Err(e) => tracing::error!(error = %format!("{e:#}"), "SIGHUP: topology refused; the running one stays"),
                 },
-                Some(()) = fleet_changed(view.as_mut()) => match build(mmdb.clone(), view.as_ref()) {
+                Some(()) = fleet_changed(view.as_mut()) => match rebuild(mmdb.clone(), view.as_ref()) {
                     Ok(next) => {
                         tracing::info!("fleet changed: answering for the registered nodes");
                         break next;

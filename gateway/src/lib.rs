@@ -253,6 +253,9 @@ pub async fn run_node(
     let fleet = opts.fleet.clone();
     let backends = build_backends(&topology, id)?;
     let state = Arc::new(NodeState::new(topology.clone(), id, backends, opts)?);
+    for w in state.place.map.warnings() {
+        tracing::warn!("{w}");
+    }
     let handle = NodeHandle::spawn(state, listener, tls)?;
     let mut file = topology;
     let member = match &fleet {
