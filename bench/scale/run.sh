@@ -13,18 +13,21 @@
 #              dnsperf's answered queries per second (on $LOAD_CPUS) for gw.<zone> A with an
 #              ECS subnet located in the last edge's area (every answer that edge, checked
 #              with dig first); the mmdb comes from dns/examples/mmdb.rs.
-# Prints a table and writes $RESULTS/scale.csv.
+# With ROUNDS=R every size is measured R times, the sizes interleaved (3, 100, ..., 3, 100, ...),
+# and the table gives each column's median per size: one run's rates spread by 10-20 % on a
+# shared 2-core machine. Prints a table and writes every round to $RESULTS/scale.csv.
 #
 # Needs: h2load (nghttp2-client), dnsperf, dig, openssl, curl, python3, taskset.
 # Usage: bench/scale/run.sh
 #   env: BIN=path (default target/release/geofaas, built unless NO_BUILD=1)
-#        SIZES="3 100 1000 10000" IDLE_S=10 LOAD_S=10 CONNS=4 STREAMS=8
+#        SIZES="3 100 1000 10000" ROUNDS=1 IDLE_S=10 LOAD_S=10 CONNS=4 STREAMS=8
 #        NODE_CPUS=1 LOAD_CPUS=0 PORT=19443 DNS_PORT=19353 MMDB=path (of the example) RESULTS=dir
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SIZES=${SIZES:-3 100 1000 10000}
+ROUNDS=${ROUNDS:-1}
 IDLE_S=${IDLE_S:-10}
 LOAD_S=${LOAD_S:-10}
 CONNS=${CONNS:-4}
@@ -85,11 +88,14 @@ dns() {
   echo "$rss $(awk '/Queries per second/ {printf "%.0f", $4}' "$dir/dnsperf.out")"
 }
 
-echo "edges,startup_ms,idle_cpu_percent,rss_mib,routed_per_s,dns_rss_mib,dns_qps" > "$RESULTS/scale.csv"
-printf '%8s %11s %10s %9s %12s %13s %9s\n' edges startup_ms idle_cpu rss_MiB routed/s dns_rss_MiB dns_q/s
+echo "round,edges,startup_ms,idle_cpu_percent,rss_mib,routed_per_s,dns_rss_mib,dns_qps" > "$RESULTS/scale.csv"
+header() { printf '%5s %8s %11s %10s %9s %12s %13s %9s\n' round edges startup_ms idle_cpu% rss_MiB routed/s dns_rss_MiB dns_q/s; }
+header
+for round in $(seq "$ROUNDS"); do
 for n in $SIZES; do
   dir="$WORK/n$n"
   mkdir -p "$dir"
+  rm -rf "$dir/state"
   python3 "$HERE/topology.py" "$n" "$PORT" "$WORK/tls" > "$dir/topology.toml" 2> "$dir/point"
   point=$(cat "$dir/point")
   start=$(date +%s%N)
@@ -120,6 +126,26 @@ for n in $SIZES; do
   python3 "$HERE/topology.py" "$n" "$PORT" "$WORK/tls" --hosts > "$dir/dns.toml" 2>/dev/null
   measured=$(dns "$dir" "$point" "$n")
   read -r dns_rss dns_qps <<< "$measured"
-  printf '%8s %11s %10s %9s %12s %13s %9s\n' "$n" "$startup_ms" "$idle%" "$rss" "$routed" "$dns_rss" "$dns_qps"
-  echo "$n,$startup_ms,$idle,$rss,$routed,$dns_rss,$dns_qps" >> "$RESULTS/scale.csv"
+  printf '%5s %8s %11s %10s %9s %12s %13s %9s\n' "$round" "$n" "$startup_ms" "$idle" "$rss" "$routed" "$dns_rss" "$dns_qps"
+  echo "$round,$n,$startup_ms,$idle,$rss,$routed,$dns_rss,$dns_qps" >> "$RESULTS/scale.csv"
 done
+done
+if (( ROUNDS > 1 )); then
+  echo
+  echo "medians of $ROUNDS rounds; ratios against the first size:"
+  python3 - "$RESULTS/scale.csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+cols = ["startup_ms", "idle_cpu_percent", "rss_mib", "routed_per_s", "dns_rss_mib", "dns_qps"]
+sizes = list(dict.fromkeys(r["edges"] for r in rows))
+med = {n: {c: statistics.median(float(r[c]) for r in rows if r["edges"] == n) for c in cols} for n in sizes}
+print(f"{'edges':>8} " + " ".join(f"{c:>16}" for c in cols))
+for n in sizes:
+    print(f"{n:>8} " + " ".join(f"{med[n][c]:>16.1f}" for c in cols))
+base = med[sizes[0]]
+for n in sizes[1:]:
+    print(f"{n} against {sizes[0]}: routed {med[n]['routed_per_s'] / base['routed_per_s']:.2f}x, "
+          f"memory {med[n]['rss_mib'] / base['rss_mib']:.2f}x, dns {med[n]['dns_qps'] / base['dns_qps']:.2f}x, "
+          f"dns memory {med[n]['dns_rss_mib'] / base['dns_rss_mib']:.2f}x")
+PY
+fi
