@@ -38,7 +38,7 @@ use croner::Cron;
 use geofaas_config::headers::{TICK, TRIGGER};
 use geofaas_functions::HttpRequest;
 
-use crate::invoke::Call;
+use crate::call::Call;
 use crate::node::{Live, NodeState};
 
 /// Most ticks of one schedule run at once after a stall (a suspended process, a clock jump);

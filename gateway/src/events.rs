@@ -36,8 +36,8 @@ use futures::{Stream, StreamExt as _};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::call::{CallCtx, Done, Observer};
 use crate::error::ApiError;
-use crate::pipeline::{CallCtx, Done, Observer};
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
 pub const QUEUE: usize = 512;

@@ -18,6 +18,7 @@ pub mod access;
 pub mod activations;
 pub mod auth;
 pub mod body;
+pub mod call;
 pub mod cron;
 pub mod deploy;
 pub mod directory;

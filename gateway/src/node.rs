@@ -47,7 +47,7 @@ pub struct NodeOptions {
     /// calls from it ([`crate::activations::queue`]).
     pub queue: Option<Arc<crate::activations::queue::Queue>>,
     /// Observers of finished calls beside the node's own (tests' fakes).
-    pub observers: Vec<Arc<dyn crate::pipeline::Observer>>,
+    pub observers: Vec<Arc<dyn crate::call::Observer>>,
 }
 
 /// Who and where this node is: its place in the topology.
@@ -277,7 +277,7 @@ pub struct Telemetry {
     pub events: Arc<crate::events::EventBus>,
     /// What sees every finished call: the metrics, the profiles, the call stream, and any
     /// the options add ([`NodeOptions::observers`]).
-    pub observers: crate::pipeline::Observers,
+    pub observers: crate::call::Observers,
 }
 
 /// Answers kept after their call (both kept across reloads).
@@ -387,7 +387,7 @@ impl NodeState {
                 Arc::default(),
             ),
         };
-        let mut observers = crate::pipeline::Observers::new(vec![
+        let mut observers = crate::call::Observers::new(vec![
             metrics.clone(),
             Arc::new(crate::profiles::Learner::new(
                 scheduling.profiles.clone(),

@@ -22,43 +22,7 @@ use crate::geo::ClientLocation;
 use crate::routing::{self, Route};
 use crate::schedule::Placement;
 
-/// Why an edge sent a call to the cloud.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffloadReason {
-    /// No backend here serves the function.
-    NotHere,
-    /// The edge had no free admission permit.
-    Overloaded,
-    /// The scheduler placed the call in the cloud.
-    Scheduler,
-    /// The backends here that serve the function failed before the function ran.
-    BackendFailed,
-    /// The scheduler placed the call on a neighbouring edge that did not take it.
-    NeighborUnreachable,
-}
-
-impl OffloadReason {
-    /// Metric label and `X-Placement-Reason`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::NotHere => "not_here",
-            Self::Overloaded => "overloaded",
-            Self::Scheduler => "scheduler",
-            Self::BackendFailed => "backend_failed",
-            Self::NeighborUnreachable => "neighbor_unreachable",
-        }
-    }
-}
-
-/// Why a call served here ran here, when no policy placed it.
-pub mod why {
-    /// No `[scheduler]` policy: served where it landed.
-    pub const NO_POLICY: &str = "no_policy";
-    /// The policy had no profile or no feasible placement for it.
-    pub const NO_DECISION: &str = "no_decision";
-    /// Another node sent it here; it is never sent on.
-    pub const FORWARDED: &str = "forwarded";
-}
+pub use crate::call::{why, OffloadReason};
 
 /// What this node knows of whether another node serves a function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::guard::Admin;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -51,10 +51,9 @@ use geofaas_functions::local::MemoryFigure;
 use geofaas_functions::InvokeOutput;
 use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredProfiles};
 
-use crate::headers::name::SERVER_TIMING;
-use crate::invoke::{BackendRun, Ran};
+use crate::call::{BackendRun, Ran};
+use crate::call::{CallCtx, Observer};
 use crate::node::Live;
-use crate::pipeline::{CallCtx, Observer};
 
 /// Calls of a function measured before its figures replace its configured profile.
 pub const PRIOR_CALLS: u64 = 5;
@@ -591,55 +590,6 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// The durations of a `Server-Timing` value that geofaas writes (`route`, `queue`, `cold`,
-/// `exec`, `sched`), in ms; other entries are ignored.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Timing {
-    /// Deciding where to serve the call.
-    pub route: f64,
-    /// Waiting for an admission permit.
-    pub queue: f64,
-    /// Starting an instance.
-    pub cold: f64,
-    /// Running the function.
-    pub exec: f64,
-    /// The scheduler's decision.
-    pub sched: f64,
-}
-
-impl Timing {
-    /// Parses the `Server-Timing` headers of `headers`.
-    pub fn of(headers: &HeaderMap) -> Self {
-        let mut t = Self::default();
-        for v in headers.get_all(SERVER_TIMING) {
-            let Ok(v) = v.to_str() else { continue };
-            for metric in v.split(',') {
-                let mut parts = metric.split(';').map(str::trim);
-                let name = parts.next().unwrap_or_default();
-                let dur = parts
-                    .find_map(|p| p.strip_prefix("dur="))
-                    .and_then(|d| d.parse::<f64>().ok())
-                    .filter(|d| d.is_finite() && *d >= 0.0);
-                let Some(dur) = dur else { continue };
-                match name {
-                    "route" => t.route = dur,
-                    "queue" => t.queue = dur,
-                    "cold" => t.cold = dur,
-                    "exec" => t.exec = dur,
-                    "sched" => t.sched = dur,
-                    _ => {}
-                }
-            }
-        }
-        t
-    }
-
-    /// Everything the node accounted for.
-    pub fn total(&self) -> f64 {
-        self.route + self.queue + self.cold + self.exec + self.sched
-    }
-}
-
 /// A warm call's time as if it had the node's `cores` to itself: `took_ms` divided by how many
 /// calls per core it shared them with (at least 1), the mean of `others_then` (calls holding
 /// permits besides it when it got its own) and `others_now` (when it ended), plus itself. The
@@ -958,20 +908,5 @@ mod tests {
         assert_eq!(book.arrived_within("f", Duration::from_secs(20)), 3);
         assert_eq!(book.arrived_within("g", Duration::from_secs(5)), 1);
         assert_eq!(book.arrived_within("unknown", Duration::from_secs(5)), 0);
-    }
-
-    #[test]
-    fn another_nodes_server_timing_is_read() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            SERVER_TIMING,
-            axum::http::HeaderValue::from_static(
-                "route;dur=0.100, queue;dur=1.000, cold;dur=2.5, exec;dur=10.000, sched;dur=0.004, x;desc=y",
-            ),
-        );
-        let t = Timing::of(&h);
-        assert_eq!(t.cold, 2.5);
-        assert!((t.total() - 13.604).abs() < 1e-9);
-        assert_eq!(Timing::of(&HeaderMap::new()), Timing::default());
     }
 }

@@ -39,9 +39,9 @@ use axum::Json;
 use geofaas_config::ActivationSettings;
 use rand::RngCore;
 
+use crate::call::Call;
 use crate::error::ApiError;
 use crate::idempotency::Stored;
-use crate::invoke::Call;
 use crate::node::{Live, NodeState};
 use crate::placement::Knows;
 use journal::Journal;

@@ -13,9 +13,9 @@ use geofaas_config::LatLon;
 use geofaas_functions::HttpRequest;
 use serde::{Deserialize, Serialize};
 
+use crate::call::Call;
 use crate::error::ApiError;
 use crate::idempotency::Stored;
-use crate::invoke::Call;
 
 /// One line of the journal.
 #[derive(Debug, Clone, Serialize, Deserialize)]

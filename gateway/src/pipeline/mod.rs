@@ -16,8 +16,6 @@
 //!    call ([`observe`]: metrics, profiles, the call stream).
 
 mod admit;
-mod ctx;
-pub mod observe;
 #[cfg(test)]
 mod tests;
 
@@ -31,14 +29,14 @@ use axum::http::{Method, Request, Response};
 use geofaas_config::function::valid_function_name;
 use tracing::Instrument as _;
 
+pub use crate::call::{CallCtx, Done, Observer, Observers};
 pub use admit::here;
-pub use ctx::{CallCtx, Done};
-pub use observe::{Observer, Observers};
 
 use crate::access::Caller;
+use crate::call::Call;
 use crate::error::ApiError;
 use crate::headers::{self, Control};
-use crate::invoke::{self, Call};
+use crate::invoke;
 use crate::node::{Live, NodeState};
 use crate::routing::{self, Route};
 use crate::{body, geo, idempotency, placement};

@@ -15,7 +15,7 @@ use geofaas_functions::{FunctionBackend, Health, Invocation, InvokeError, Invoke
 use http_body_util::BodyExt as _;
 
 use super::{CallCtx, Observer};
-use crate::invoke::Ran;
+use crate::call::Ran;
 use crate::node::{Live, NodeOptions, NodeState};
 use crate::routes::Api;
 

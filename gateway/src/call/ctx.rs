@@ -11,13 +11,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 
+use super::{push_ms, LocalRun, Outcome, Ran, Remote};
 use crate::error::ApiError;
 use crate::geo::ClientLocation;
 use crate::headers::name::{
     COLD_START, FUNCTION_VERSION, OFFLOADED_FROM, PLACEMENT, PLACEMENT_REASON, SERVED_BY,
     SERVER_TIMING,
 };
-use crate::invoke::{push_ms, LocalRun, Outcome, Ran, Remote};
 
 /// One call, from its arrival to its answer.
 #[derive(Debug)]
@@ -167,7 +167,9 @@ impl CallCtx {
             // The answer to a HEAD has no body, whatever the function produced (h2 would send it).
             *resp.body_mut() = Body::empty();
         }
-        crate::prewarm::preconnect::add(&mut resp, self.preconnect.take());
+        if let Some(hint) = self.preconnect.take() {
+            resp.headers_mut().append(axum::http::header::LINK, hint);
+        }
         resp.headers_mut().insert(
             crate::headers::name::REQUEST_ID,
             crate::headers::never_indexed(self.request_id.clone()),
