@@ -25,6 +25,7 @@ pub mod directory;
 pub mod error;
 pub mod events;
 mod events_fleet;
+pub mod exchange;
 pub mod fleet;
 pub mod geo;
 pub mod guard;
@@ -123,7 +124,7 @@ pub struct NodeHandle {
     pub addr: SocketAddr,
     stop: CancellationToken,
     task: JoinHandle<std::io::Result<()>>,
-    /// Sends and collects load reports for the scheduler ([`loads::exchange`]).
+    /// Sends and collects load reports for the scheduler ([`exchange::exchange`]).
     exchange: JoinHandle<()>,
     /// Folds queued metric samples into the histograms ([`metrics_upkeep`]).
     upkeep: JoinHandle<()>,
@@ -157,7 +158,7 @@ impl NodeHandle {
             limits,
             async move { token.cancelled().await },
         ));
-        let exchange = tokio::spawn(loads::exchange(live.clone()));
+        let exchange = tokio::spawn(exchange::exchange(live.clone()));
         let upkeep = tokio::spawn(metrics_upkeep(live.clone()));
         let cron = tokio::spawn(cron::run(live.clone()));
         let activations = state.kept.activations.clone();

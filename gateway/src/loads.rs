@@ -11,17 +11,13 @@
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use geofaas_config::headers::OFFLOAD;
 use geofaas_config::Topology;
 use geofaas_fleet::{now_ms, LoadReport};
 
 use crate::error::ApiError;
-use crate::node::{Live, NodeState};
 
 /// A report is stale after this many report intervals.
 pub const STALE_INTERVALS: u64 = 3;
@@ -99,9 +95,15 @@ pub fn stale_ms(topology: &Topology) -> u64 {
     interval_ms(topology).saturating_mul(STALE_INTERVALS)
 }
 
-/// `POST /node/load`: a report from node `from`, which signed it ([`crate::guard::Signed`]);
-/// `204` when kept.
-pub fn receive(state: &NodeState, from: &str, body: &Bytes) -> Result<(), ApiError> {
+/// `POST /node/load` at node `me` of `topology`: a report from node `from`, which signed it
+/// ([`crate::guard::Signed`]), kept on `board`.
+pub fn receive(
+    board: &LoadBoard,
+    topology: &Topology,
+    me: &str,
+    from: &str,
+    body: &Bytes,
+) -> Result<(), ApiError> {
     if body.len() > MAX_REPORT_BYTES {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -116,83 +118,15 @@ pub fn receive(state: &NodeState, from: &str, body: &Bytes) -> Result<(), ApiErr
             format!("load report: {e}"),
         )
     })?;
-    if report.node != from || state.place.topology.node(from).is_none() || from == state.place.id {
+    if report.node != from || topology.node(from).is_none() || from == me {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_report",
             "a node reports only its own load",
         ));
     }
-    state.scheduling.loads.put(report);
+    board.put(report);
     Ok(())
-}
-
-/// Runs until aborted: each interval, with a scheduler configured, reads the reports of the
-/// nodes it places calls on from the registry into the board, or (without a registry) sends this node's report to the edges
-/// that place calls on it. Each send is its own task, so a dead peer delays nothing.
-pub async fn exchange(live: Arc<Live>) {
-    loop {
-        let state = live.current();
-        let interval = Duration::from_millis(interval_ms(&state.place.topology));
-        if state.place.topology.scheduler.policy != geofaas_config::SchedulerPolicy::None {
-            match (state.fleet(), &state.scheduling.policy) {
-                (Some(fleet), Some(policy)) => {
-                    let watched = policy.watched();
-                    let read = tokio::time::timeout(interval, fleet.loads_of(&watched));
-                    for (_, report) in read.await.unwrap_or_default() {
-                        state.scheduling.loads.put(report);
-                    }
-                }
-                (Some(_), None) => {}
-                (None, _) => send_reports(&state, interval),
-            }
-        }
-        drop(state);
-        tokio::time::sleep(interval).await;
-    }
-}
-
-fn send_reports(state: &NodeState, interval: Duration) {
-    let (Some(key), Some(client)) = (&state.links.key, state.peer_client()) else {
-        return;
-    };
-    let report = LoadReport {
-        node: state.place.id.clone(),
-        at_ms: now_ms(),
-        load: state.load(),
-        cpu_percent: 0.0,
-        memory_bytes: 0,
-    };
-    let Ok(body) = serde_json::to_vec(&report) else {
-        return;
-    };
-    let body = Bytes::from(body);
-    for node in state
-        .links
-        .report_to
-        .iter()
-        .filter_map(|id| state.place.map.node(id))
-    {
-        let Ok(url) = node.public_url.join(LOAD_PATH) else {
-            continue;
-        };
-        let req = client
-            .post(url)
-            .timeout(interval)
-            .header(OFFLOAD, key.sign(&state.place.id, "POST", LOAD_PATH))
-            .header("content-type", "application/json")
-            .body(body.clone());
-        let to = node.id.clone();
-        let rtt = state.scheduling.profiles.clone();
-        tokio::spawn(async move {
-            let sent = std::time::Instant::now();
-            match req.send().await {
-                Ok(r) if r.status().is_success() => rtt.probed(&to, sent.elapsed()),
-                Ok(r) => tracing::debug!(to, status = %r.status(), "load report refused"),
-                Err(e) => tracing::debug!(to, error = %e, "load report not delivered"),
-            }
-        });
-    }
 }
 
 #[cfg(test)]

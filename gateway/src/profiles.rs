@@ -40,11 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::guard::Admin;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use geofaas_config::Topology;
 use geofaas_fleet::FunctionFacts;
 use geofaas_functions::local::MemoryFigure;
@@ -53,7 +49,6 @@ use geofaas_scheduler::measured::{MeasuredBackend, MeasuredFunction, MeasuredPro
 
 use crate::call::{BackendRun, Ran};
 use crate::call::{CallCtx, Observer};
-use crate::node::Live;
 
 /// Calls of a function measured before its figures replace its configured profile.
 pub const PRIOR_CALLS: u64 = 5;
@@ -679,21 +674,6 @@ impl Observer for Learner {
                 .prediction(ran.label(), took / predicted.max(0.001));
         }
     }
-}
-
-/// `GET /node/profiles` (admin key when keys are configured): this node's measured profiles.
-pub fn routes() -> Router<Arc<Live>> {
-    Router::new().route(PROFILES_PATH, get(serve))
-}
-
-async fn serve(Admin(state): Admin) -> Response {
-    Json(
-        state
-            .scheduling
-            .profiles
-            .snapshot(&state.place.id, &state.place.topology),
-    )
-    .into_response()
 }
 
 #[cfg(test)]

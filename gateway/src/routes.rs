@@ -60,7 +60,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .merge(crate::activations::admin::routes())
         .merge(crate::ui::routes())
         .merge(crate::logs::routes())
-        .merge(crate::profiles::routes())
+        .route(crate::profiles::PROFILES_PATH, get(profiles))
         .merge(crate::prewarm::warm::routes())
         .fallback(no_route)
         .with_state(live)
@@ -264,12 +264,29 @@ async fn registry(Admin(state): Admin) -> Result<Json<serde_json::Value>, ApiErr
     })))
 }
 
+/// `GET /node/profiles`: what this node measured of its functions and links.
+async fn profiles(Admin(state): Admin) -> Response<Body> {
+    Json(
+        state
+            .scheduling
+            .profiles
+            .snapshot(&state.place.id, &state.place.topology),
+    )
+    .into_response()
+}
+
 /// `POST /node/load`: another node's load report ([`crate::loads::receive`]).
 async fn load_report(
     Signed { from, state }: Signed,
     body: axum::body::Bytes,
 ) -> Result<StatusCode, ApiError> {
-    crate::loads::receive(&state, &from, &body)?;
+    crate::loads::receive(
+        &state.scheduling.loads,
+        &state.place.topology,
+        &state.place.id,
+        &from,
+        &body,
+    )?;
     Ok(StatusCode::NO_CONTENT)
 }
 
