@@ -1,8 +1,8 @@
-//! The call stream: `GET /events`, one Server-Sent Event per call this node answered, and the
-//! recent latencies `/ui/state` reports.
+//! The call stream: one event per call this node answered, offered to the subscribers of
+//! `GET /events` (served by [`crate::events_api`]), and the recent latencies `/ui/state` reports.
 //!
 //! Every answered `/fn/{name}` call passes the [`CallStream`] observer once, when the pipeline
-//! has its answer (`crate::pipeline::observe`). With nobody subscribed that costs two atomic operations (the latency
+//! has its answer ([`crate::call::Observer`]). With nobody subscribed that costs two atomic operations (the latency
 //! ring) and one load; with subscribers the event is serialised once and offered to each
 //! subscriber's bounded queue ([`QUEUE`] events) with `try_send`: a subscriber whose queue is
 //! full loses the event, which is counted (`geofaas_events_dropped_total` and the
@@ -22,22 +22,15 @@
 //! ```
 
 use parking_lot::Mutex;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Body;
-use axum::extract::Query;
-use axum::http::{Response, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::IntoResponse;
-use futures::{Stream, StreamExt as _};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::call::{CallCtx, Done, Observer};
-use crate::error::ApiError;
 
 /// Events a subscriber may have queued before newer ones are dropped for it.
 pub const QUEUE: usize = 512;
@@ -306,86 +299,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Query of `GET /events`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventsQuery {
-    /// `node` (default): this node's calls; `fleet`: every node's.
-    scope: Option<String>,
-}
-
-/// `GET /events[?scope=node|fleet]`: the call stream (admin key, or another node's signature).
-pub async fn events(
-    crate::guard::Operator(state): crate::guard::Operator,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response<Body> {
-    let fleet = match query {
-        Ok(Query(q)) => match q.scope.as_deref() {
-            None | Some("node") => false,
-            Some("fleet") => true,
-            Some(other) => {
-                return bad_query(format!(
-                    "scope={other:?}: use scope=node (this node's calls) or scope=fleet"
-                ))
-                .into_response()
-            }
-        },
-        Err(e) => {
-            return bad_query(format!("{}: only scope=node|fleet", e.body_text())).into_response()
-        }
-    };
-    let (tx, rx, lost) = state.telemetry.events.subscribe();
-    if fleet {
-        crate::events_fleet::follow_peers(&state, tx, lost.clone());
-    } else {
-        drop(tx);
-    }
-    let mut reported = 0u64;
-    // A first comment, so a client knows it is subscribed before any call happens.
-    let hello = Event::default().comment(format!(
-        "events of {} (scope={})",
-        state.place.id,
-        if fleet { "fleet" } else { "node" }
-    ));
-    let calls = tokio_stream_of(rx).map(move |msg| {
-        let total = lost.load(Ordering::Relaxed);
-        let event = match msg {
-            _ if total > reported => {
-                // The loss is told before the next event, in the order it happened.
-                let n = total - reported;
-                reported = total;
-                let notice = Event::default()
-                    .comment(format!("lost {n} events"))
-                    .event("lost")
-                    .data(format!(r#"{{"lost":{n},"lost_total":{total}}}"#));
-                return futures::stream::iter(vec![Ok(notice), Ok(message(msg))]);
-            }
-            m => message(m),
-        };
-        futures::stream::iter(vec![Ok::<_, Infallible>(event)])
-    });
-    let stream = futures::stream::once(async { Ok(hello) }).chain(calls.flatten());
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-fn message(msg: Msg) -> Event {
-    match msg {
-        Msg::Call(json) => Event::default().data(&*json),
-        Msg::Peer(json) => Event::default().event("peer").data(json),
-    }
-}
-
-/// The receiver as a stream (it ends when every sender is gone).
-fn tokio_stream_of(rx: mpsc::Receiver<Msg>) -> impl Stream<Item = Msg> {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
-}
-
-fn bad_query(message: String) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", message)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ pub mod deploy;
 pub mod directory;
 pub mod error;
 pub mod events;
-mod events_fleet;
+pub mod events_api;
 pub mod exchange;
 pub mod fleet;
 pub mod geo;

@@ -48,7 +48,7 @@ pub fn routes() -> Router<Arc<Live>> {
         .route("/ui/land.json", get(land))
         .route("/ui/state", get(state))
         .route(NODE_PATH, get(node))
-        .route(crate::events::PATH, get(crate::events::events))
+        .route(crate::events::PATH, get(crate::events_api::events))
 }
 
 /// The answer for an asset: the operator check, then `body` as `content_type`.

@@ -1,4 +1,5 @@
-//! `GET /events?scope=fleet`: the other nodes' call streams merged into one subscriber's queue.
+//! `GET /events[?scope=node|fleet]`: the call stream as server-sent events, this node's
+//! ([`crate::events::EventBus`]) or, with `scope=fleet`, the other nodes' merged into it.
 //!
 //! For each other node of the topology (or registry) one task reads that node's `GET /events`
 //! over the signed node-to-node link: the request carries the offload credential over
@@ -8,20 +9,108 @@
 //! ends, is retried every [`RETRY`]; each change is told as an `event: peer`
 //! (`{"node","connected","error"}`). The tasks end when the subscriber goes away.
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use axum::body::Body;
+use axum::extract::Query;
+use axum::http::{Response, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use futures::{Stream, StreamExt as _};
 use geofaas_config::headers::OFFLOAD;
+use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 use url::Url;
 
 use crate::auth::OffloadKey;
+use crate::error::ApiError;
 use crate::events::{Msg, PATH};
 use crate::metrics::NodeMetrics;
 use crate::node::NodeState;
+
+/// Query of `GET /events`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// `node` (default): this node's calls; `fleet`: every node's.
+    scope: Option<String>,
+}
+
+/// `GET /events[?scope=node|fleet]`: the call stream (admin key, or another node's signature).
+pub async fn events(
+    crate::guard::Operator(state): crate::guard::Operator,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response<Body> {
+    let fleet = match query {
+        Ok(Query(q)) => match q.scope.as_deref() {
+            None | Some("node") => false,
+            Some("fleet") => true,
+            Some(other) => {
+                return bad_query(format!(
+                    "scope={other:?}: use scope=node (this node's calls) or scope=fleet"
+                ))
+                .into_response()
+            }
+        },
+        Err(e) => {
+            return bad_query(format!("{}: only scope=node|fleet", e.body_text())).into_response()
+        }
+    };
+    let (tx, rx, lost) = state.telemetry.events.subscribe();
+    if fleet {
+        follow_peers(&state, tx, lost.clone());
+    } else {
+        drop(tx);
+    }
+    let mut reported = 0u64;
+    // A first comment, so a client knows it is subscribed before any call happens.
+    let hello = Event::default().comment(format!(
+        "events of {} (scope={})",
+        state.place.id,
+        if fleet { "fleet" } else { "node" }
+    ));
+    let calls = tokio_stream_of(rx).map(move |msg| {
+        let total = lost.load(Ordering::Relaxed);
+        let event = match msg {
+            _ if total > reported => {
+                // The loss is told before the next event, in the order it happened.
+                let n = total - reported;
+                reported = total;
+                let notice = Event::default()
+                    .comment(format!("lost {n} events"))
+                    .event("lost")
+                    .data(format!(r#"{{"lost":{n},"lost_total":{total}}}"#));
+                return futures::stream::iter(vec![Ok(notice), Ok(message(msg))]);
+            }
+            m => message(m),
+        };
+        futures::stream::iter(vec![Ok::<_, Infallible>(event)])
+    });
+    let stream = futures::stream::once(async { Ok(hello) }).chain(calls.flatten());
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn message(msg: Msg) -> Event {
+    match msg {
+        Msg::Call(json) => Event::default().data(&*json),
+        Msg::Peer(json) => Event::default().event("peer").data(json),
+    }
+}
+
+/// The receiver as a stream (it ends when every sender is gone).
+fn tokio_stream_of(rx: mpsc::Receiver<Msg>) -> impl Stream<Item = Msg> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+}
+
+fn bad_query(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", message)
+}
 
 /// How long to wait before reconnecting to a peer.
 const RETRY: Duration = Duration::from_secs(1);
