@@ -167,6 +167,7 @@ impl CallCtx {
             // The answer to a HEAD has no body, whatever the function produced (h2 would send it).
             *resp.body_mut() = Body::empty();
         }
+        // The preconnect hint, added to any `Link` the function set.
         if let Some(hint) = self.preconnect.take() {
             resp.headers_mut().append(axum::http::header::LINK, hint);
         }
@@ -244,4 +245,35 @@ fn push_predicted(timing: &mut String, predicted: Option<f64>) {
         timing.push_str(", ");
     }
     timing.push_str(&format!("predicted;dur={:.3}", p.max(0.001)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header::LINK;
+
+    #[test]
+    fn the_preconnect_hint_is_added_beside_the_functions_links() {
+        let respond = |hint: Option<&'static str>| {
+            let mut ctx = CallCtx::new("f".into(), HeaderValue::from_static("r1"), Instant::now());
+            ctx.preconnect = hint.map(HeaderValue::from_static);
+            let mut answer = Response::new(Body::empty());
+            answer
+                .headers_mut()
+                .insert(LINK, HeaderValue::from_static("</doc>; rel=help"));
+            ctx.respond(Ok(answer), false)
+        };
+        let links = |r: &Response<Body>| -> Vec<String> {
+            r.headers()
+                .get_all(LINK)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(links(&respond(None)), ["</doc>; rel=help"]);
+        assert_eq!(
+            links(&respond(Some("<https://127.0.0.1:2>; rel=preconnect"))),
+            ["</doc>; rel=help", "<https://127.0.0.1:2>; rel=preconnect"]
+        );
+    }
 }

@@ -10,7 +10,7 @@
 //! comes from the topology's `public_url`, as the `307`'s `Location` does, and follows the same
 //! rule ([`placement::route`]): a target the peer probes find down is replaced by the cloud.
 
-use axum::http::{header::LINK, HeaderValue, Response};
+use axum::http::HeaderValue;
 use geofaas_config::{LatLon, NodeEntry};
 
 use crate::geo::{ClientLocation, Source};
@@ -44,13 +44,6 @@ pub fn link(target: &NodeEntry) -> Option<HeaderValue> {
     }
     let value = format!("<{}>; rel=preconnect", origin.ascii_serialization());
     HeaderValue::from_str(&value).ok()
-}
-
-/// Puts `hint` on `resp` (added to any `Link` it has).
-pub fn add<B>(resp: &mut Response<B>, hint: Option<HeaderValue>) {
-    if let Some(hint) = hint {
-        resp.headers_mut().append(LINK, hint);
-    }
 }
 
 #[cfg(test)]
@@ -89,20 +82,5 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(link(&node(url)).unwrap(), want, "{url}");
         }
-    }
-
-    #[test]
-    fn the_hint_is_added_beside_other_links() {
-        let mut resp = Response::new(());
-        add(&mut resp, None);
-        assert!(resp.headers().get(LINK).is_none());
-        resp.headers_mut()
-            .insert(LINK, HeaderValue::from_static("</doc>; rel=help"));
-        add(&mut resp, link(&node("https://127.0.0.1:2")));
-        let links: Vec<_> = resp.headers().get_all(LINK).iter().collect();
-        assert_eq!(
-            links,
-            ["</doc>; rel=help", "<https://127.0.0.1:2>; rel=preconnect"]
-        );
     }
 }
