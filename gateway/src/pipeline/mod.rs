@@ -16,6 +16,7 @@
 //!    call ([`observe`]: metrics, profiles, the call stream).
 
 mod admit;
+mod prewarm;
 #[cfg(test)]
 mod tests;
 
@@ -125,7 +126,7 @@ async fn phases(
     }
     // Served here: track the client, warm the function where it is heading and hint the
     // client to connect there (`prewarm`).
-    ctx.preconnect = crate::prewarm::observe_call(
+    ctx.preconnect = prewarm::observe(
         state,
         control.client_id,
         caller.key_id(),

@@ -9,11 +9,11 @@
 //! ([`path`]); when the path enters another node's area within `prewarm_s`, it asks that node,
 //! once per client, function and node every `again_s`, to make one instance of the function
 //! warm: `POST /node/warm/{function}`, signed with the offload secret like every
-//! node-to-node request ([`warm`] answers it). A client standing still (slower than
+//! node-to-node request (`routes::node` answers it). A client standing still (slower than
 //! `min_speed_mps`) is never predicted. The request leaves in the background; the call that
 //! caused it does not wait.
 //!
-//! The same prediction puts a connection hint on the answer ([`preconnect`]): `Link:
+//! The same prediction puts a connection hint on the answer (`pipeline::prewarm`, [`preconnect`]): `Link:
 //! <https://next-node>; rel=preconnect`, the origin the `307` will name, on every answer while
 //! the crossing is predicted, so the client can open its connection there ahead. It needs no
 //! warm-up path at the target, nor the offload secret.
@@ -36,12 +36,9 @@ use axum::http::HeaderValue;
 use geofaas_config::{LatLon, PrewarmSettings};
 use moka::sync::Cache;
 
-use crate::geo::ClientLocation;
-use crate::node::NodeState;
+use crate::directory::Directory;
+use crate::metrics::NodeMetrics;
 use path::Fix;
-
-/// How long a node waits for another node's answer to a pre-warm request.
-const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One node's tracked clients and the pre-warm requests it sent lately.
 pub struct Prewarm {
@@ -105,7 +102,12 @@ impl Prewarm {
         }
     }
 
-    /// Clients tracked now.
+    /// Whether pre-warming is on (`[prewarm] prewarm_s` above zero).
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled()
+    }
+
+    /// How many clients are tracked now.
     pub fn tracked(&self) -> u64 {
         self.clients.run_pending_tasks();
         self.clients.entry_count()
@@ -188,62 +190,12 @@ pub fn client_id(sent: Option<&HeaderValue>, key_id: Option<&str>) -> Option<Vec
     }
 }
 
-/// The hook on the call path: a call about to be served here by `state` from a client at
-/// `location`. Tracks the client and, when its path is about to enter another node's area,
-/// sends that node a pre-warm request in the background (with an offload secret to sign it)
-/// and returns the `Link` hint for the answer ([`preconnect::hint`]). Calls another node
-/// signed (forwarded or offloaded) are tracked by that node, not here, and get no hint.
-pub fn observe_call(
-    state: &Arc<NodeState>,
-    sent_client_id: Option<&HeaderValue>,
-    key_id: Option<&str>,
-    function: &str,
-    location: Option<&ClientLocation>,
-    signed: bool,
-    at: Instant,
-) -> Option<HeaderValue> {
-    if signed || !state.scheduling.prewarm.settings.enabled() {
-        return None;
-    }
-    let location = location?;
-    let id = client_id(sent_client_id, key_id);
-    let seen = state.scheduling.prewarm.foresee(
-        &state.place.map,
-        &state.place.id,
-        id.as_deref(),
-        function,
-        location.point,
-        at,
-    )?;
-    if let (Some(ask), Some(_)) = (seen.ask, &state.links.key) {
-        tokio::spawn(send(state.clone(), ask));
-    }
-    preconnect::hint(state, seen.point, location.source)
-}
-
-/// Sends one pre-warm request and counts its outcome.
-async fn send(state: Arc<NodeState>, ask: Ask) {
-    let outcome = match warm::ask(&state, &ask.target, &ask.function, ASK_TIMEOUT).await {
-        Ok(result) => result,
-        Err(e) => {
-            tracing::debug!(function = %ask.function, to = %ask.target, error = %e, "pre-warm request failed");
-            "failed".to_owned()
-        }
-    };
-    tracing::debug!(function = %ask.function, to = %ask.target, %outcome, "pre-warm requested");
-    state
-        .telemetry
-        .metrics
-        .prewarm_request(&ask.target, warm::outcome_label(&outcome));
-}
-
 /// Puts this node's pre-warm figures into its metrics (before `/metrics` renders them): the
 /// instances its local runtimes started ahead of a call, used, and stopped unused, and the
 /// clients it tracks.
-pub fn publish(state: &NodeState) {
+pub fn publish(directory: &Directory, prewarm: &Prewarm, metrics: &NodeMetrics) {
     let mut stats = geofaas_functions::local::PrewarmStats::default();
-    for s in state
-        .directory
+    for s in directory
         .backends()
         .iter()
         .filter_map(|b| b.prewarm_stats())
@@ -252,14 +204,8 @@ pub fn publish(state: &NodeState) {
         stats.used += s.used;
         stats.wasted += s.wasted;
     }
-    state
-        .telemetry
-        .metrics
-        .prewarm_instances(stats.started, stats.used, stats.wasted);
-    state
-        .telemetry
-        .metrics
-        .prewarm_tracked(state.scheduling.prewarm.tracked());
+    metrics.prewarm_instances(stats.started, stats.used, stats.wasted);
+    metrics.prewarm_tracked(prewarm.tracked());
 }
 
 #[cfg(test)]

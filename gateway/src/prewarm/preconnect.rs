@@ -11,30 +11,7 @@
 //! rule ([`placement::route`]): a target the peer probes find down is replaced by the cloud.
 
 use axum::http::HeaderValue;
-use geofaas_config::{LatLon, NodeEntry};
-
-use crate::geo::{ClientLocation, Source};
-use crate::node::NodeState;
-use crate::placement;
-use crate::routing::Route;
-
-/// The hint for a client expected at `point` (its location's `source` kept, so it routes as
-/// its calls do): the `Link` value naming the node a call from there would be handed over
-/// to, or `None` when `state` would serve it.
-pub fn hint(state: &NodeState, point: LatLon, source: Source) -> Option<HeaderValue> {
-    let there = ClientLocation::point(point, source, None);
-    let route = placement::route(
-        &state.place.map,
-        &state.place.id,
-        Some(&there),
-        false,
-        |id| state.links.health.as_ref().is_none_or(|p| p.is_up(id)),
-    );
-    match route {
-        Route::Handover(target) => link(target),
-        Route::Serve => None,
-    }
-}
+use geofaas_config::NodeEntry;
 
 /// `<scheme://host[:port]>; rel=preconnect` for `target`'s public URL (its origin: no path).
 pub fn link(target: &NodeEntry) -> Option<HeaderValue> {

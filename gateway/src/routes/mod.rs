@@ -22,10 +22,12 @@ use axum::{Extension, Json, Router};
 use serde_json::json;
 use tower::ServiceExt as _;
 
+mod node;
+
 use crate::access::Caller;
 use crate::body;
 use crate::error::ApiError;
-use crate::guard::{Admin, Signed};
+use crate::guard::Admin;
 use crate::headers::{self, HeaderLimits};
 use crate::node::{Live, NodeState};
 
@@ -55,13 +57,11 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
         .route("/readyz", get(readyz))
         .route("/registry", get(registry))
         .route("/metrics", get(metrics))
-        .route(crate::loads::LOAD_PATH, axum::routing::post(load_report))
         .merge(crate::deploy::admin::routes())
         .merge(crate::activations::admin::routes())
         .merge(crate::ui::routes())
         .merge(crate::logs::routes())
-        .route(crate::profiles::PROFILES_PATH, get(profiles))
-        .merge(crate::prewarm::warm::routes())
+        .merge(node::routes())
         .fallback(no_route)
         .with_state(live)
         .layer(from_fn_with_state(limits, guard))
@@ -264,34 +264,12 @@ async fn registry(Admin(state): Admin) -> Result<Json<serde_json::Value>, ApiErr
     })))
 }
 
-/// `GET /node/profiles`: what this node measured of its functions and links.
-async fn profiles(Admin(state): Admin) -> Response<Body> {
-    Json(
-        state
-            .scheduling
-            .profiles
-            .snapshot(&state.place.id, &state.place.topology),
-    )
-    .into_response()
-}
-
-/// `POST /node/load`: another node's load report ([`crate::loads::receive`]).
-async fn load_report(
-    Signed { from, state }: Signed,
-    body: axum::body::Bytes,
-) -> Result<StatusCode, ApiError> {
-    crate::loads::receive(
-        &state.scheduling.loads,
-        &state.place.topology,
-        &state.place.id,
-        &from,
-        &body,
-    )?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 async fn metrics(Admin(state): Admin) -> Response<Body> {
-    crate::prewarm::publish(&state);
+    crate::prewarm::publish(
+        &state.directory,
+        &state.scheduling.prewarm,
+        &state.telemetry.metrics,
+    );
     state.kept.activations.report(&state.telemetry.metrics);
     (
         [(
