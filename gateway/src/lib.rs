@@ -25,7 +25,6 @@ pub mod directory;
 pub mod error;
 pub mod events;
 pub mod events_api;
-pub mod exchange;
 pub mod fleet;
 pub mod geo;
 pub mod guard;
@@ -48,6 +47,7 @@ pub mod routing;
 pub mod schedule;
 pub mod server;
 pub mod stream;
+pub mod tasks;
 pub mod tls;
 pub mod triggers;
 pub mod ui;
@@ -124,14 +124,14 @@ pub struct NodeHandle {
     pub addr: SocketAddr,
     stop: CancellationToken,
     task: JoinHandle<std::io::Result<()>>,
-    /// Sends and collects load reports for the scheduler ([`exchange::exchange`]).
+    /// Sends and collects load reports for the scheduler ([`tasks::exchange::exchange`]).
     exchange: JoinHandle<()>,
     /// Folds queued metric samples into the histograms ([`metrics_upkeep`]).
     upkeep: JoinHandle<()>,
-    /// Runs the cron ticks this node claims ([`cron::run`]).
+    /// Runs the cron ticks this node claims ([`tasks::cron::run`]).
     cron: JoinHandle<()>,
     /// Runs calls from the fleet's queue ([`activations::queue::serve`]) and turns queue
-    /// triggers' messages into calls ([`triggers::run`]), with a queue.
+    /// triggers' messages into calls ([`tasks::triggers::run`]), with a queue.
     queue: Option<(JoinHandle<()>, JoinHandle<()>)>,
 }
 
@@ -158,14 +158,14 @@ impl NodeHandle {
             limits,
             async move { token.cancelled().await },
         ));
-        let exchange = tokio::spawn(exchange::exchange(live.clone()));
+        let exchange = tokio::spawn(tasks::exchange::exchange(live.clone()));
         let upkeep = tokio::spawn(metrics_upkeep(live.clone()));
-        let cron = tokio::spawn(cron::run(live.clone()));
+        let cron = tokio::spawn(tasks::cron::run(live.clone()));
         let activations = state.kept.activations.clone();
         let queue = activations.queue().cloned().map(|q| {
             (
                 tokio::spawn(activations::queue::serve(activations, live.clone(), q)),
-                tokio::spawn(triggers::run(live.clone())),
+                tokio::spawn(tasks::triggers::run(live.clone())),
             )
         });
         Ok(Self {
