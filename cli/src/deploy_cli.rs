@@ -1,5 +1,5 @@
 //! `geofaas deploy`, `geofaas rollback` and `geofaas functions ls|rm`: the admin API of
-//! deployed functions ([`geofaas_gateway::deploy::admin`]) on every node, at once.
+//! deployed functions ([`geofaas_gateway::admin::deploy`]) on every node, at once.
 //!
 //! The nodes come from the running `geofaas up` of the state folder (its `up.json`), or with
 //! `--config` from the topology and, with `[registry]`, the nodes registered in etcd. The admin
@@ -13,9 +13,9 @@ use anyhow::Context;
 use geofaas_config::Topology;
 use serde_json::Value;
 
-use geofaas_gateway::deploy::admin::{CRON_HEADER, ENV_HEADER, ON_HEADER, SECRET_HEADER};
 use geofaas_gateway::deploy::bundle::Bundle;
 use geofaas_gateway::deploy::store::VersionEnv;
+use geofaas_gateway::deploy::wire::{CRON_HEADER, ENV_HEADER, ON_HEADER, SECRET_HEADER};
 
 /// Environment variable holding the admin key sent as a bearer token.
 pub const ADMIN_KEY_ENV: &str = "GEOFAAS_ADMIN_KEY";

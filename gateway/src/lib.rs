@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod activations;
+pub mod admin;
 pub mod auth;
 pub mod body;
 pub mod call;
@@ -147,7 +148,11 @@ impl NodeHandle {
         let stop = CancellationToken::new();
         let live = node::Live::new(state.clone());
         // Calls accepted before a restart run again, now that the node serves.
-        state.kept.activations.attach(&live);
+        let weak = Arc::downgrade(&live);
+        state.kept.activations.attach(move || {
+            weak.upgrade()
+                .map(|l| l.current() as Arc<dyn activations::Host>)
+        });
         let api = routes::Api::new(live.clone());
         let token = stop.clone();
         let limits = server::ServeLimits::from_topology(&state.place.topology);
@@ -164,7 +169,12 @@ impl NodeHandle {
         let activations = state.kept.activations.clone();
         let queue = activations.queue().cloned().map(|q| {
             (
-                tokio::spawn(activations::queue::serve(activations, live.clone(), q)),
+                tokio::spawn(activations::queue::serve(
+                    activations,
+                    q,
+                    state.place.id.clone(),
+                    state.place.role == geofaas_config::Role::Cloud,
+                )),
                 tokio::spawn(tasks::triggers::run(live.clone())),
             )
         });
@@ -265,9 +275,9 @@ pub async fn run_node(
         None => None,
     };
     let mut view = fleet.as_ref().map(|f| f.view());
-    // Deployed functions follow the registry's records (`deploy::sync`).
+    // Deployed functions follow the registry's records (`tasks::deploys`).
     let deploys = match (&fleet, &handle.state.deploys) {
-        (Some(f), Some(_)) => Some(tokio::spawn(deploy::sync::follow(
+        (Some(f), Some(_)) => Some(tokio::spawn(tasks::deploys::follow(
             handle.live.clone(),
             f.clone(),
         ))),

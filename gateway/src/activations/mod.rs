@@ -15,12 +15,14 @@
 //! backoff, up to `max_attempts`; a call that still failed, failed in a way that may not be
 //! retried, or grew older than `max_age_s`, is dead-lettered: kept with every try's error for
 //! `dead_letter_retention_s`, for `geofaas activations ls --failed`, `show` and `retry`
-//! ([`admin`]). An answer the function gave (any status) is the call's answer, not a failure.
+//! (`crate::admin::activations`). An answer the function gave (any status) is the call's answer, not a failure.
 //!
 //! With API keys configured, an activation is readable only with the key that started it (or
 //! an admin key); to any other key it does not exist.
+//!
+//! Activations know the node only as a [`Host`]: its settings now, its metrics, and one try of
+//! a call (the node's state implements it in `pipeline`, where calls run).
 
-pub mod admin;
 pub mod callback;
 mod journal;
 pub mod queue;
@@ -29,21 +31,21 @@ mod saved;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
+use futures::future::BoxFuture;
 use geofaas_config::ActivationSettings;
 use rand::RngCore;
 
 use crate::call::Call;
 use crate::error::ApiError;
 use crate::idempotency::Stored;
-use crate::node::{Live, NodeState};
-use crate::placement::Knows;
+use crate::metrics::NodeMetrics;
 use journal::Journal;
 use saved::{Record, SavedAnswer, SavedCall, SavedError};
 
@@ -65,6 +67,26 @@ pub fn wants_async(headers: &axum::http::HeaderMap) -> bool {
         .flat_map(|v| v.split(','))
         .any(|p| p.trim().eq_ignore_ascii_case("respond-async"))
 }
+
+/// The node a background call runs on, as activations see it.
+pub trait Host: Send + Sync + 'static {
+    /// The node's id (the queue's subject for the calls it accepts).
+    fn node_id(&self) -> &str;
+    /// The `[activations]` settings now.
+    fn settings(&self) -> &ActivationSettings;
+    /// Whether a try of `function` that ran and failed is tried again (its `retry_on_error`).
+    fn retry_on_error(&self, function: &str) -> bool;
+    /// The node's metrics.
+    fn metrics(&self) -> &NodeMetrics;
+    /// Whether `function` can run from here: this node serves it, or the cloud may.
+    fn serves<'a>(&'a self, function: &'a str) -> BoxFuture<'a, bool>;
+    /// One try of `call`, as a call from this node runs (placement, failover, offload), with
+    /// the node's observers told.
+    fn run(self: Arc<Self>, call: Call) -> BoxFuture<'static, Result<Response<Body>, ApiError>>;
+}
+
+/// The node's host now, or `None` once it stopped ([`Activations::attach`]).
+type Current = Box<dyn Fn() -> Option<Arc<dyn Host>> + Send + Sync>;
 
 /// A call not finished yet.
 #[derive(Debug)]
@@ -137,8 +159,8 @@ pub struct Activations {
     dead: moka::sync::Cache<String, Arc<Finished>>,
     /// Idempotency keys of accepted calls: key → (activation id, request fingerprint).
     keys: moka::sync::Cache<String, (String, u64)>,
-    /// The node's live state, for tries after the first (a reload may replace it).
-    live: OnceLock<Weak<Live>>,
+    /// The node's host now, for tries after the first (a reload may replace it).
+    node: OnceLock<Current>,
     /// Calls read back from the journal, run once the node serves ([`Activations::attach`]).
     recovered: Mutex<Vec<(String, u32)>>,
     /// The functions whose gauges [`Activations::report`] set last time.
@@ -173,7 +195,7 @@ impl Default for Activations {
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .max_capacity(100_000)
                 .build(),
-            live: OnceLock::new(),
+            node: OnceLock::new(),
             recovered: Mutex::default(),
             reported: Mutex::default(),
             undelivered: Mutex::default(),
@@ -367,22 +389,27 @@ impl Activations {
         self.queue.get()
     }
 
-    /// Binds the activations to the node's live state and starts the calls read back from the
-    /// journal. Called once the node serves.
-    pub fn attach(self: &Arc<Self>, live: &Arc<Live>) {
-        if self.live.set(Arc::downgrade(live)).is_err() {
+    /// Binds the activations to the node (`current` gives its host now, `None` once it
+    /// stopped) and starts the calls read back from the journal. Called once the node serves.
+    pub fn attach(
+        self: &Arc<Self>,
+        current: impl Fn() -> Option<Arc<dyn Host>> + Send + Sync + 'static,
+    ) {
+        if self.node.set(Box::new(current)).is_err() {
             return;
         }
+        let Some(host) = self.host() else {
+            return;
+        };
         let recovered = std::mem::take(&mut *self.recovered.lock());
-        let state = live.current();
         for (id, _) in &recovered {
             if let Some(p) = self.pending.lock().get(id) {
-                state.telemetry.metrics.activation(&p.function, "recovered");
+                host.metrics().activation(&p.function, "recovered");
             }
         }
         for (id, tries) in recovered {
-            let (this, state) = (self.clone(), live.current());
-            tokio::spawn(async move { this.drive(id, tries, state).await });
+            let (this, host) = (self.clone(), host.clone());
+            tokio::spawn(async move { this.drive(id, tries, host).await });
         }
         let undelivered = std::mem::take(&mut *self.undelivered.lock());
         for id in undelivered {
@@ -396,7 +423,7 @@ impl Activations {
     /// `key` is the call's idempotency key and request fingerprint, where it had one.
     pub async fn start(
         self: &Arc<Self>,
-        state: Arc<NodeState>,
+        host: Arc<dyn Host>,
         call: Call,
         owner: Option<&str>,
         key: Option<(String, u64)>,
@@ -413,17 +440,14 @@ impl Activations {
                 return Ok(accepted(&id, true));
             }
         }
-        let callback = callback::requested(&call.headers, &state.place.topology.activations)?;
+        let callback = callback::requested(&call.headers, host.settings())?;
         // A function no node serves is refused now, not accepted and dead-lettered.
-        let here = !state.directory.local(&call.function).await.is_empty();
-        let elsewhere = state.links.outbound.is_some()
-            && state.directory.cloud_serves(&call.function) != Knows::No;
-        if !here && !elsewhere {
+        if !host.serves(&call.function).await {
             return Err(ApiError::unknown_function(&call.function));
         }
         if let Some(queue) = self.queue.get() {
             return self
-                .enqueue(queue, &state, call, owner, key, callback)
+                .enqueue(queue, &*host, call, owner, key, callback)
                 .await;
         }
         if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING {
@@ -467,15 +491,12 @@ impl Activations {
                 callback,
             },
         );
-        state
-            .telemetry
-            .metrics
-            .activation(&call.function, "accepted");
+        host.metrics().activation(&call.function, "accepted");
         let (this, task_id) = (self.clone(), id.clone());
         tokio::spawn(async move {
-            let result = attempt(&state, call).await;
-            if let Some(tries) = this.settle(&state, &task_id, 0, result) {
-                this.drive(task_id, tries, state).await;
+            let result = attempt(&host, call).await;
+            if let Some(tries) = this.settle(&*host, &task_id, 0, result) {
+                this.drive(task_id, tries, host).await;
             }
         });
         Ok(accepted(&id, false))
@@ -486,7 +507,7 @@ impl Activations {
     async fn enqueue(
         &self,
         queue: &queue::Queue,
-        state: &NodeState,
+        host: &dyn Host,
         call: Call,
         owner: Option<&str>,
         key: Option<(String, u64)>,
@@ -507,14 +528,11 @@ impl Activations {
             owner: owner.map(str::to_owned),
             accepted_ms,
         };
-        queue.accept(&state.place.id, &id, &record, waiting).await?;
+        queue.accept(host.node_id(), &id, &record, waiting).await?;
         if let Some((key, fingerprint)) = key {
             self.keys.insert(key, (id.clone(), fingerprint));
         }
-        state
-            .telemetry
-            .metrics
-            .activation(&call.function, "accepted");
+        host.metrics().activation(&call.function, "accepted");
         Ok(accepted(&id, false))
     }
 
@@ -525,7 +543,7 @@ impl Activations {
         self: &Arc<Self>,
         record: Record,
         msg: async_nats::jetstream::Message,
-        state: Arc<NodeState>,
+        host: Arc<dyn Host>,
         queue: Arc<queue::Queue>,
     ) {
         let Record::Accepted {
@@ -574,9 +592,9 @@ impl Activations {
         tokio::spawn(async move {
             let msg = Arc::new(msg);
             let hold = tokio::spawn(queue::keep_alive(msg.clone(), queue.ack_wait_s()));
-            let result = attempt(&state, run).await;
-            if let Some(tries) = this.settle(&state, &id, 0, result) {
-                this.clone().drive(id.clone(), tries, state).await;
+            let result = attempt(&host, run).await;
+            if let Some(tries) = this.settle(&*host, &id, 0, result) {
+                this.clone().drive(id.clone(), tries, host).await;
             }
             hold.abort();
             let Some(f) = this.finished(&id) else {
@@ -593,28 +611,33 @@ impl Activations {
         });
     }
 
-    /// The node's live state (a reload may have replaced `fallback`, the state that took the
+    /// The node's host now, once attached.
+    pub fn host(&self) -> Option<Arc<dyn Host>> {
+        (self.node.get()?)()
+    }
+
+    /// The node's host now (a reload may have replaced `fallback`, the one that took the
     /// call); `None` once the node stopped: the call stays in the journal for its restart.
-    fn current(&self, fallback: &Arc<NodeState>) -> Option<Arc<NodeState>> {
-        match self.live.get() {
-            Some(live) => Some(live.upgrade()?.current()),
+    fn current(&self, fallback: &Arc<dyn Host>) -> Option<Arc<dyn Host>> {
+        match self.node.get() {
+            Some(current) => current(),
             // Not attached: a node state served without a handle (tests).
             None => Some(fallback.clone()),
         }
     }
 
     /// Tries the pending call `id`, which failed `tries` times already, until it ends.
-    async fn drive(self: Arc<Self>, id: String, mut tries: u32, fallback: Arc<NodeState>) {
+    async fn drive(self: Arc<Self>, id: String, mut tries: u32, fallback: Arc<dyn Host>) {
         loop {
-            let Some(state) = self.current(&fallback) else {
+            let Some(host) = self.current(&fallback) else {
                 return;
             };
             if tries > 0 {
-                let wait = state.place.topology.activations.backoff_before(tries + 1);
-                drop(state);
+                let wait = host.settings().backoff_before(tries + 1);
+                drop(host);
                 tokio::time::sleep(wait).await;
             }
-            let Some(state) = self.current(&fallback) else {
+            let Some(host) = self.current(&fallback) else {
                 return;
             };
             let saved = match self.pending.lock().get_mut(&id) {
@@ -625,14 +648,14 @@ impl Activations {
                 None => return,
             };
             let result = match saved.to_call() {
-                Some(call) => attempt(&state, call).await,
+                Some(call) => attempt(&host, call).await,
                 None => Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "damaged_record",
                     "the journal's record of this call could not be read back",
                 )),
             };
-            match self.settle(&state, &id, tries, result) {
+            match self.settle(&*host, &id, tries, result) {
                 Some(t) => tries = t,
                 None => return,
             }
@@ -643,13 +666,13 @@ impl Activations {
     /// is to be tried again.
     fn settle(
         self: &Arc<Self>,
-        state: &NodeState,
+        host: &dyn Host,
         id: &str,
         tries: u32,
         result: Result<Stored, ApiError>,
     ) -> Option<u32> {
-        let settings: &ActivationSettings = &state.place.topology.activations;
-        let metrics = &state.telemetry.metrics;
+        let settings = host.settings();
+        let metrics = host.metrics();
         let now = now_ms();
         let (answer, dead) = match result {
             Ok(answer) => (answer, false),
@@ -659,12 +682,7 @@ impl Activations {
                 let p = pending.get_mut(id)?;
                 p.errors.push(error.clone());
                 let tries = tries + 1;
-                let retry_on_error = state
-                    .place
-                    .topology
-                    .functions
-                    .iter()
-                    .any(|f| f.name == p.function && f.retry_on_error);
+                let retry_on_error = host.retry_on_error(&p.function);
                 let young = now.saturating_sub(p.accepted_ms) < settings.max_age_s * 1000;
                 if retryable(&e, retry_on_error) && tries < settings.max_attempts && young {
                     p.waiting = true;
@@ -849,7 +867,7 @@ impl Activations {
     /// Puts dead letter `id` back to run (its tries count from zero again).
     pub async fn retry(
         self: &Arc<Self>,
-        state: Arc<NodeState>,
+        host: Arc<dyn Host>,
         id: &str,
     ) -> Result<Response<Body>, ApiError> {
         let f = self.dead.get(id).ok_or_else(|| {
@@ -897,12 +915,12 @@ impl Activations {
             },
         );
         let (this, task_id) = (self.clone(), id.to_owned());
-        tokio::spawn(async move { this.drive(task_id, 0, state).await });
+        tokio::spawn(async move { this.drive(task_id, 0, host).await });
         Ok(accepted(id, false))
     }
 
     /// Sets the gauges of waiting and running calls and the oldest one's age, per function.
-    pub fn report(&self, metrics: &crate::metrics::NodeMetrics) {
+    pub fn report(&self, metrics: &NodeMetrics) {
         let now = now_ms();
         let mut per: HashMap<&str, (u64, u64, u64)> = HashMap::new();
         let pending = self.pending.lock();
@@ -961,8 +979,8 @@ impl Finished {
 }
 
 /// One try: the call's answer, collected, or the error the client would have got.
-async fn attempt(state: &Arc<NodeState>, call: Call) -> Result<Stored, ApiError> {
-    let resp = crate::pipeline::run_detached(state, call).await?;
+async fn attempt(host: &Arc<dyn Host>, call: Call) -> Result<Stored, ApiError> {
+    let resp = host.clone().run(call).await?;
     Stored::collect(resp, 0).await.map_err(|_| {
         ApiError::new(
             StatusCode::BAD_GATEWAY,

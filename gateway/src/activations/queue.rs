@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 use super::saved::Record;
 use super::Activations;
 use crate::error::ApiError;
-use crate::node::Live;
 
 /// Longest one JetStream request waits: a `202` is never sent later than this.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
@@ -321,20 +320,13 @@ impl Queue {
     }
 }
 
-/// Takes calls from this node's consumer, and from the consumers of nodes that are gone,
-/// until the node stops.
-pub async fn serve(activations: Arc<Activations>, live: Arc<Live>, queue: Arc<Queue>) {
-    let (id, cloud) = {
-        let s = live.current();
-        (
-            s.place.id.clone(),
-            s.place.role == geofaas_config::Role::Cloud,
-        )
-    };
+/// Takes calls from the consumer of node `id` (the cloud when `cloud`), and from the consumers
+/// of nodes that are gone, until the task is dropped.
+pub async fn serve(activations: Arc<Activations>, queue: Arc<Queue>, id: String, cloud: bool) {
     let own = async {
         loop {
             match queue.consumer(&id).await {
-                Ok(consumer) => pull_forever(&activations, &live, &consumer).await,
+                Ok(consumer) => pull_forever(&activations, &consumer).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "queue: cannot open this node's consumer; trying again")
                 }
@@ -361,7 +353,7 @@ pub async fn serve(activations: Arc<Activations>, live: Arc<Live>, queue: Arc<Qu
                 let mut taken = 0;
                 while let Some(Ok(msg)) = batch.next().await {
                     taken += 1;
-                    take(&activations, &live, &queue, msg).await;
+                    take(&activations, &queue, msg).await;
                 }
                 if taken > 0 {
                     tracing::info!(
@@ -379,7 +371,6 @@ pub async fn serve(activations: Arc<Activations>, live: Arc<Live>, queue: Arc<Qu
 /// Pulls batches from `consumer` until an error.
 async fn pull_forever(
     activations: &Arc<Activations>,
-    live: &Arc<Live>,
     consumer: &jetstream::consumer::PullConsumer,
 ) {
     let Some(queue) = activations.queue.get() else {
@@ -401,7 +392,7 @@ async fn pull_forever(
         };
         while let Some(next) = batch.next().await {
             match next {
-                Ok(msg) => take(activations, live, queue, msg).await,
+                Ok(msg) => take(activations, queue, msg).await,
                 Err(e) => {
                     tracing::debug!(error = %e, "queue: batch ended");
                     break;
@@ -412,12 +403,7 @@ async fn pull_forever(
 }
 
 /// Starts running one delivered call (or acknowledges one that already ended).
-async fn take(
-    activations: &Arc<Activations>,
-    live: &Arc<Live>,
-    queue: &Arc<Queue>,
-    msg: jetstream::Message,
-) {
+async fn take(activations: &Arc<Activations>, queue: &Arc<Queue>, msg: jetstream::Message) {
     let record: Record = match serde_json::from_slice(&msg.payload) {
         Ok(r @ Record::Accepted { .. }) => r,
         _ => {
@@ -437,7 +423,11 @@ async fn take(
             return;
         }
     }
-    activations.adopt(record, msg, live.current(), queue.clone());
+    // A node that stopped leaves the call unacknowledged: it is delivered again.
+    let Some(host) = activations.host() else {
+        return;
+    };
+    activations.adopt(record, msg, host, queue.clone());
 }
 
 /// Renews the hold on `msg` every third of the ack wait until dropped.

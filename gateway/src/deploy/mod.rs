@@ -5,14 +5,14 @@
 //! function that cannot start fails the deploy, and the live version keeps serving), and only
 //! then moves new calls to it; calls already running finish on the version they started on,
 //! whose instances are stopped after them. Rollbacks and percentage rollouts are the same
-//! switch to other kept versions. The admin API over it is in [`admin`]; `docs/deploy.md`
-//! describes both.
+//! switch to other kept versions. The admin API over it is `crate::admin::deploy`, the fleet's
+//! follower `crate::tasks::deploys`; `docs/deploy.md` describes both.
 
-pub mod admin;
 pub mod bundle;
 mod checks;
 pub mod store;
 pub mod sync;
+pub mod wire;
 
 use std::path::Path;
 
@@ -24,6 +24,7 @@ use geofaas_functions::local::{self, Prepared};
 use geofaas_functions::{FunctionBackend, LocalRuntime, RemoteDeploy};
 use serde::Serialize;
 
+use crate::directory::Directory;
 use crate::error::ApiError;
 use bundle::Bundle;
 use checks::{bad_request, check_env, check_name, disk_error, now_s, reason_of};
@@ -77,6 +78,34 @@ pub struct Runtimes {
     pub local: Option<LocalRuntime>,
     /// Remote backends that take deploys.
     pub remote: Vec<Arc<dyn FunctionBackend>>,
+}
+
+/// The node's deployer (`deploys`) and where its deploys go (the local runtime and the
+/// remote backends with `deploy = true` among `directory`'s), or why it takes no deploys.
+pub fn target<'a>(
+    deploys: Option<&'a Deployer>,
+    directory: &Directory,
+) -> Result<(&'a Deployer, Runtimes), ApiError> {
+    let deployer = deploys.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "no_state_folder",
+            "this node was started without a state folder and keeps no deployed functions",
+        )
+    })?;
+    let backends = directory.backends();
+    let rt = Runtimes {
+        local: backends.iter().find_map(|b| b.local().cloned()),
+        remote: backends.iter().filter(|b| b.deploys()).cloned().collect(),
+    };
+    if rt.local.is_none() && rt.remote.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_local_runtime",
+            "this node has no local backend and no backend with deploy = true",
+        ));
+    }
+    Ok((deployer, rt))
 }
 
 /// The deployed functions of one node.

@@ -16,6 +16,7 @@
 //!    call ([`observe`]: metrics, profiles, the call stream).
 
 mod admit;
+mod background;
 mod prewarm;
 #[cfg(test)]
 mod tests;
@@ -77,25 +78,6 @@ pub async fn serve(
     let resp = ctx.respond(answer, head);
     state.telemetry.observers.finished(&ctx, resp.status());
     resp
-}
-
-/// One try of an accepted async call, in the background: the run and respond phases, observed
-/// like a call a client waits for.
-pub async fn run_detached(state: &Arc<NodeState>, call: Call) -> Result<Response<Body>, ApiError> {
-    let mut ctx = CallCtx::new(
-        call.function.clone(),
-        call.request_id.clone(),
-        call.received,
-    );
-    ctx.background = true;
-    let outcome = invoke::run(state, &call).await;
-    let answer = ctx.finish_run(&state.place.id_header, outcome);
-    let status = match &answer {
-        Ok(r) => r.status(),
-        Err(e) => e.status,
-    };
-    state.telemetry.observers.finished(&ctx, status);
-    answer
 }
 
 /// Admit, locate, route and run.

@@ -4,13 +4,15 @@
 //! - `POST /node/load`: another node's load report ([`crate::loads::receive`]);
 //! - `POST /node/warm/{function}`: make one instance of a function warm, because a client the
 //!   asking node serves is about to cross into this node's area;
+//! - `GET /node/functions/{name}/versions/{id}`: a kept version, for a node that follows the
+//!   fleet's records (`tasks::deploys`);
 //! - `GET /node/profiles`: what this node measured of its functions and links.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{Response, StatusCode};
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -18,6 +20,7 @@ use geofaas_config::function::valid_function_name;
 use geofaas_functions::local::WarmUp;
 use serde_json::{json, Value};
 
+use crate::deploy::wire::{CRON_HEADER, ENV_HEADER, ON_HEADER, SECRET_HEADER};
 use crate::error::ApiError;
 use crate::guard::{Admin, Signed};
 use crate::node::Live;
@@ -28,6 +31,7 @@ pub(super) fn routes() -> Router<Arc<Live>> {
         .route(crate::loads::LOAD_PATH, post(load_report))
         .route("/node/warm/{function}", post(warm))
         .route(crate::profiles::PROFILES_PATH, get(profiles))
+        .route("/node/functions/{name}/versions/{id}", get(serve_version))
 }
 
 /// `GET /node/profiles`: what this node measured of its functions and links.
@@ -111,4 +115,41 @@ async fn warm(
             kinds.join(", ")
         ),
     ))
+}
+
+/// `GET /node/functions/{name}/versions/{id}`: a kept version's bundle (`application/gzip`)
+/// with its environment in `X-Function-Env` / `X-Function-Secret`, for another node of the
+/// fleet only (offload signature).
+async fn serve_version(
+    Signed { from, state }: Signed,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Response<Body>, ApiError> {
+    let deployer = state
+        .deploys
+        .as_deref()
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_deployed", "no deploys here"))?;
+    let (bundle, env) = deployer.export(&name, &id)?;
+    tracing::debug!(function = %name, version = %id, to = %from, "sending a version");
+    let mut resp = Response::new(Body::from(bundle));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/gzip"),
+    );
+    for (list, name) in [(&env.env, ENV_HEADER), (&env.secrets, SECRET_HEADER)] {
+        for (k, v) in list {
+            if let Ok(mut value) = HeaderValue::from_str(&format!("{k}={v}")) {
+                value.set_sensitive(name == SECRET_HEADER);
+                h.append(name, value);
+            }
+        }
+    }
+    for (list, name) in [(&env.cron, CRON_HEADER), (&env.on, ON_HEADER)] {
+        for v in list {
+            if let Ok(value) = HeaderValue::from_str(v) {
+                h.append(name, value);
+            }
+        }
+    }
+    Ok(resp)
 }

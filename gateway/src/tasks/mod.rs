@@ -4,8 +4,10 @@
 //!
 //! - [`exchange`]: sends this node's load reports and collects the others';
 //! - [`cron`]: claims and runs the ticks of the deployed functions' schedules;
+//! - [`deploys`]: with a registry, converges the node on the fleet's deployed versions;
 //! - [`triggers`]: turns the messages of the deployed functions' NATS subjects into calls.
 
 pub mod cron;
+pub mod deploys;
 pub mod exchange;
 pub mod triggers;

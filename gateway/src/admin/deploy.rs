@@ -16,22 +16,15 @@ use axum::extract::{Path, Query};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use geofaas_fleet::{DesiredFunction, DesiredRollout};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{DeployRequest, Deployer, Runtimes};
+use crate::deploy::wire::{entries, schedules, triggers, ENV_HEADER, SECRET_HEADER};
+use crate::deploy::{DeployRequest, FunctionStatus};
 use crate::error::ApiError;
 use crate::guard::Admin;
 use crate::node::{Live, NodeState};
-
-/// Request header: one `--env` entry, `KEY=VALUE`.
-pub const ENV_HEADER: &str = "x-function-env";
-/// Request header: one `--secret` entry, `KEY=VALUE`.
-pub const SECRET_HEADER: &str = "x-function-secret";
-/// Request header: one `--cron` schedule.
-pub const CRON_HEADER: &str = "x-function-cron";
-/// Request header: one `--on` queue trigger, `nats:SUBJECT`.
-pub const ON_HEADER: &str = "x-function-on";
 
 /// The admin routes of deployed functions.
 pub fn routes() -> Router<Arc<Live>> {
@@ -42,10 +35,6 @@ pub fn routes() -> Router<Arc<Live>> {
             get(show).put(deploy).delete(remove),
         )
         .route("/admin/functions/{name}/rollback", post(rollback))
-        .route(
-            "/node/functions/{name}/versions/{id}",
-            get(super::sync::serve_version),
-        )
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,7 +57,7 @@ async fn deploy(
     body: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(query) = query.map_err(|e| bad_query(&e))?;
-    let (deployer, runtime) = target(&state)?;
+    let (deployer, runtime) = crate::deploy::target(state.deploys.as_deref(), &state.directory)?;
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or_default();
         let ok = [
@@ -90,7 +79,7 @@ async fn deploy(
         .await
         .map_err(|e| {
             if e.status == StatusCode::PAYLOAD_TOO_LARGE {
-                let too_large = super::bundle::BundleError::TooLarge { limit };
+                let too_large = crate::deploy::bundle::BundleError::TooLarge { limit };
                 ApiError::new(StatusCode::BAD_REQUEST, "bad_bundle", too_large.to_string())
             } else {
                 e
@@ -113,7 +102,7 @@ async fn deploy(
         ));
     }
     let (version, status) = deployer.deploy(&runtime, req).await?;
-    let registry = super::sync::publish(&state, &status).await;
+    let registry = publish(&state, &status).await;
     Ok(Json(json!({
         "node": state.place.id,
         "version": version,
@@ -136,7 +125,7 @@ async fn show(
     Admin(state): Admin,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (deployer, _) = target(&state)?;
+    let (deployer, _) = crate::deploy::target(state.deploys.as_deref(), &state.directory)?;
     match deployer.status(&name)? {
         Some(status) => Ok(Json(json!({"node": state.place.id, "function": status}))),
         None => Err(not_deployed(&name)),
@@ -149,92 +138,26 @@ async fn rollback(
     query: Result<Query<RollbackQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Query(query) = query.map_err(|e| bad_query(&e))?;
-    let (deployer, runtime) = target(&state)?;
+    let (deployer, runtime) = crate::deploy::target(state.deploys.as_deref(), &state.directory)?;
     let status = deployer
         .rollback(&runtime, &name, query.to.as_deref())
         .await?;
-    let registry = super::sync::publish(&state, &status).await;
+    let registry = publish(&state, &status).await;
     Ok(Json(
         json!({"node": state.place.id, "function": status, "registry_error": registry}),
     ))
 }
 
 async fn remove(Admin(state): Admin, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    let (deployer, runtime) = target(&state)?;
+    let (deployer, runtime) = crate::deploy::target(state.deploys.as_deref(), &state.directory)?;
     if deployer.remove(&runtime, &name).await? {
-        if let Some(e) = super::sync::unpublish(&state, &name).await {
+        if let Some(e) = unpublish(&state, &name).await {
             tracing::warn!(function = %name, error = %e, "removed here only");
         }
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_deployed(&name))
     }
-}
-
-/// The node's deployer and where its deploys go, or why it takes no deploys.
-pub(crate) fn target(state: &NodeState) -> Result<(&Deployer, Runtimes), ApiError> {
-    let deployer = state.deploys.as_deref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::CONFLICT,
-            "no_state_folder",
-            "this node was started without a state folder and keeps no deployed functions",
-        )
-    })?;
-    let backends = state.directory.backends();
-    let rt = Runtimes {
-        local: backends.iter().find_map(|b| b.local().cloned()),
-        remote: backends.iter().filter(|b| b.deploys()).cloned().collect(),
-    };
-    if rt.local.is_none() && rt.remote.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "no_local_runtime",
-            "this node has no local backend and no backend with deploy = true",
-        ));
-    }
-    Ok((deployer, rt))
-}
-
-/// The `KEY=VALUE` entries of every `name` header.
-pub(crate) fn entries(headers: &HeaderMap, name: &str) -> Result<Vec<(String, String)>, ApiError> {
-    let mut out = Vec::new();
-    for v in headers.get_all(name) {
-        let text = v
-            .to_str()
-            .map_err(|_| ApiError::bad_header(name, "(not text)", "not visible ASCII"))?;
-        let Some((k, v)) = text.split_once('=') else {
-            let shown = if name == SECRET_HEADER {
-                "(hidden)"
-            } else {
-                text
-            };
-            return Err(ApiError::bad_header(name, shown, "expected KEY=VALUE"));
-        };
-        out.push((k.to_owned(), v.to_owned()));
-    }
-    Ok(out)
-}
-
-/// The schedules of every `X-Function-Cron` header, one expression each (checked by the deploy).
-pub(crate) fn schedules(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
-    values(headers, CRON_HEADER)
-}
-
-/// The `--on` triggers a deploy request carries.
-pub(crate) fn triggers(headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
-    values(headers, ON_HEADER)
-}
-
-fn values(headers: &HeaderMap, name: &'static str) -> Result<Vec<String>, ApiError> {
-    headers
-        .get_all(name)
-        .iter()
-        .map(|v| {
-            v.to_str()
-                .map(|s| s.trim().to_owned())
-                .map_err(|_| ApiError::bad_header(name, "(not text)", "not visible ASCII"))
-        })
-        .collect()
 }
 
 fn not_deployed(name: &str) -> ApiError {
@@ -247,4 +170,37 @@ fn not_deployed(name: &str) -> ApiError {
 
 fn bad_query(e: &QueryRejection) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
+}
+
+/// Records `status` as the version every node should serve, when the node is in a fleet; the
+/// error's words when etcd did not take it (this node serves it anyway).
+pub async fn publish(state: &NodeState, status: &FunctionStatus) -> Option<String> {
+    let fleet = state.fleet()?;
+    let live = status.live.clone()?;
+    let desired = DesiredFunction {
+        name: status.name.clone(),
+        live,
+        rollout: status.rollout.as_ref().map(|r| DesiredRollout {
+            version: r.version.clone(),
+            percent: r.percent,
+        }),
+        sources: vec![state.place.id.clone()],
+        updated_ms: geofaas_fleet::now_ms(),
+    };
+    match fleet.set_function(&desired).await {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::warn!(function = %status.name, error = %e, "the registry did not take the function's record");
+            Some(format!("the registry did not take the record: {e}"))
+        }
+    }
+}
+
+/// Deletes the function's record, when the node is in a fleet.
+pub async fn unpublish(state: &NodeState, name: &str) -> Option<String> {
+    let fleet = state.fleet()?;
+    match fleet.remove_function(name).await {
+        Ok(()) => None,
+        Err(e) => Some(format!("the registry did not delete the record: {e}")),
+    }
 }
