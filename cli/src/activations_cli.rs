@@ -1,5 +1,5 @@
 //! `geofaas activations ls|show|retry`: the asynchronous calls every node keeps, its dead
-//! letters, and putting one back to run ([`geofaas_gateway::activations::admin`]).
+//! letters, and putting one back to run ([`geofaas_gateway::admin::activations`]).
 
 use serde_json::Value;
 

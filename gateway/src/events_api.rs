@@ -6,7 +6,7 @@
 //! `GET /events` (`auth::OffloadKey`), which the peer takes instead of an admin key, and the
 //! HTTPS client trusts the platform CA. Each event's JSON is passed on as it came; a full queue
 //! loses it and counts it like a local one. A peer that cannot be reached, or whose stream
-//! ends, is retried every [`RETRY`]; each change is told as an `event: peer`
+//! ends, is retried every `RETRY`; each change is told as an `event: peer`
 //! (`{"node","connected","error"}`). The tasks end when the subscriber goes away.
 
 use std::convert::Infallible;

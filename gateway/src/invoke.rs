@@ -16,7 +16,7 @@
 //!    on a timeout (the paper's rule, the one case where a function may run twice; the timed-out
 //!    instance is stopped), or when the function opts in (`retry_on_error = true`). A function
 //!    that ran and failed is answered at once with its failure (`502`), never run again. The
-//!    error's [`Fault`] says what the answer is when nothing is left: "not deployed" is the
+//!    error's `Fault` says what the answer is when nothing is left: "not deployed" is the
 //!    client's `404`, anything else a `5xx` naming the last failure (with the backend's
 //!    `Retry-After` when it was overloaded).
 //!

@@ -213,7 +213,7 @@ impl NodeMetrics {
 
     /// Folds the samples recorded since the last render into the histograms. The exporter
     /// queues every sample until then: a node nobody scrapes grew by about 42 bytes per call
-    /// (measured: 4.2 MB per 100 000 calls), so [`upkeep`] runs this every few seconds.
+    /// (measured: 4.2 MB per 100 000 calls), so the node's upkeep task runs this every few seconds.
     pub fn run_upkeep(&self) {
         self.handle.run_upkeep();
         if let Some(p) = &self.process {
@@ -251,7 +251,7 @@ impl NodeMetrics {
         self.recorder.register_counter(&key, &METADATA).increment(1);
     }
 
-    /// A call answered by this node; `outcome` decides `ran` (see [`crate::invoke::Outcome`]).
+    /// A call answered by this node; `outcome` decides `ran` (see [`crate::call::Outcome`]).
     pub fn call(&self, function: &str, outcome: &'static str, ran: &'static str, d: Duration) {
         let cached = self.calls.read().get(function).and_then(|series| {
             series

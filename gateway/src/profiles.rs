@@ -26,7 +26,7 @@
 //! their load reports ([`geofaas_fleet::NodeLoad::profiles`]); `GET /node/profiles` serves this
 //! node's as a file the simulator reads (`simulate --profiles`).
 //!
-//! [`settle`] runs once per call after the answer is built: it learns from it and, when a
+//! `settle` runs once per call after the answer is built: it learns from it and, when a
 //! policy placed the call, puts `predicted;dur=<ms>` on its `Server-Timing` and the error
 //! (actual over predicted) into `/metrics`.
 

@@ -22,7 +22,7 @@
 //!
 //! A node's cores are shared by the calls on it (processor sharing): a call where `n` other
 //! calls run (here: the calls holding admission permits; elsewhere: its report's running and
-//! queued calls, plus the calls this edge sent there after the report was measured, [`Sent`])
+//! queued calls, plus the calls this edge sent there after the report was measured, `Sent`)
 //! takes its time alone times `(n + 1) / cores` when that is above 1, the excess as the
 //! candidate's [`Measured::queue_ms`]. Its measured times are each call's time alone
 //! ([`crate::profiles::alone_ms`]), so the load is not counted twice. Beside the instant, each

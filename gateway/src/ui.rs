@@ -3,11 +3,11 @@
 //! Everything it loads is embedded in the binary and served from `/ui/*` (no CDN, works
 //! offline): the page, its script and style, and the base map (Natural Earth 1:110m land,
 //! public domain, written by `cli/tests/browser/land.js`). The page reads
-//! [`GET /ui/state`](state), a snapshot of every node (its area from the topology, and what
+//! `GET /ui/state`, a snapshot of every node (its area from the topology, and what
 //! the node itself reports at `GET /ui/node`: readiness, load, functions and versions, recent
 //! latency percentiles), and follows `GET /events?scope=fleet` ([`crate::events`]).
 //!
-//! Who may look ([`operator`]): anyone on an open node (`geofaas up`); with `[[auth.key]]`
+//! Who may look ([`crate::guard::Operator`]): anyone on an open node (`geofaas up`); with `[[auth.key]]`
 //! an admin key, as `Authorization: Bearer KEY` or as the password of HTTP Basic auth (what
 //! a browser can send; `/ui` asks for it with `WWW-Authenticate: Basic`), or another node's
 //! signature (the offload credential over the path).

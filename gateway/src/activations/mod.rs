@@ -3,7 +3,7 @@
 //! one (failover and offload included), and keeps the answer for `GET /activations/{id}`.
 //!
 //! **Durable**: a node with a state folder (every `geofaas node` and `up` node) writes the
-//! accepted call to its journal ([`journal`]), synced to disk, before it answers `202`; a node
+//! accepted call to its journal (`journal`), synced to disk, before it answers `202`; a node
 //! that restarts runs again every call it had accepted and not finished. A call that was running
 //! when the node died therefore runs a second time (at least once, never lost); with an
 //! `Idempotency-Key` the function receives the same key both times, and a client that submits

@@ -13,7 +13,7 @@
 //!    background for `Prefer: respond-async` (`activations`);
 //! 5. **respond**: the platform's headers rendered from the context ([`CallCtx::finish_run`],
 //!    [`CallCtx::respond`]), then every observer registered with the node sees the finished
-//!    call ([`observe`]: metrics, profiles, the call stream).
+//!    call ([`Observers`]: metrics, profiles, the call stream).
 
 mod admit;
 mod background;

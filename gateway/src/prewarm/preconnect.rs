@@ -8,7 +8,7 @@
 //! origin of the node the `307` will name, so a client (a mobile app's HTTP stack, the
 //! loadtest's `GeoClient`) can open a connection there ahead, in the background. The origin
 //! comes from the topology's `public_url`, as the `307`'s `Location` does, and follows the same
-//! rule ([`placement::route`]): a target the peer probes find down is replaced by the cloud.
+//! rule (`placement::route`): a target the peer probes find down is replaced by the cloud.
 
 use axum::http::HeaderValue;
 use geofaas_config::NodeEntry;

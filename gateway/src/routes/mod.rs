@@ -1,7 +1,7 @@
 //! The HTTP API of a gateway: `/fn/{name}` and the operational endpoints.
 //!
 //! A call goes to [`crate::pipeline::serve`], the data plane's phases over one per-call
-//! context. One layer, [`guard`], wraps every route: header limits
+//! context. One layer, `guard`, wraps every route: header limits
 //! (`431`) and [`body::finish_unread`], which lets HTTP/2 clients receive every early answer.
 //! The server runs it all as an [`Api`], which hands function calls to their handler without
 //! the router.
@@ -67,7 +67,7 @@ fn router_with(live: Arc<Live>, limits: RequestLimits) -> Router {
 }
 
 /// The gateway's HTTP API as the server runs it: a function call (`/fn/{name}` with a plain
-/// name) goes straight to its handler behind the same [`guard`], everything else through the
+/// name) goes straight to its handler behind the same `guard`, everything else through the
 /// [`Router`], which answers both alike. The direct path spares every call the router's
 /// matching, boxed services and request extensions (about a fifth of a proxied call's
 /// allocations).
