@@ -9,142 +9,21 @@
 //! clients itself.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use geofaas_config::{LatLon, Topology};
-use geofaas_gateway::TlsMaterial;
 use geofaas_loadtest::{CallRequest, ClientConfig, GeoClient};
 
-const BIN: &str = env!("CARGO_BIN_EXE_geofaas");
+use crate::processes::{Fleet, NodeSpec};
+
 const CLIENTS: usize = 4;
 const IN_EDGE: &str = "-37.80,144.96";
-
-struct Node {
-    id: &'static str,
-    child: Option<Child>,
-}
-
-struct Fleet {
-    dir: tempfile::TempDir,
-    topology: PathBuf,
-    nodes: Vec<Node>,
-}
-
-impl Fleet {
-    fn start(dir: tempfile::TempDir, topology: PathBuf) -> Self {
-        let mut f = Self {
-            dir,
-            topology,
-            nodes: vec![
-                Node {
-                    id: "edge",
-                    child: None,
-                },
-                Node {
-                    id: "cloud",
-                    child: None,
-                },
-            ],
-        };
-        for id in ["cloud", "edge"] {
-            f.spawn(id);
-        }
-        f
-    }
-
-    fn spawn(&mut self, id: &str) {
-        let log = std::fs::File::create(self.dir.path().join(format!("{id}.log"))).unwrap();
-        let child = Command::new(BIN)
-            .args(["node", "--config"])
-            .arg(&self.topology)
-            .args(["--node", id])
-            .arg("--state-dir")
-            .arg(self.dir.path().join("state"))
-            .env("GEOFAAS_OFFLOAD_SECRET", "chaos secret")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.nodes.iter_mut().find(|n| n.id == id).unwrap().child = Some(child);
-    }
-
-    fn kill9(&mut self, id: &str) {
-        let mut child = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.id == id)
-            .unwrap()
-            .child
-            .take()
-            .unwrap();
-        let status = Command::new("kill")
-            .args(["-9", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = child.wait().unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(exit.signal(), Some(9), "{id} ended by SIGKILL");
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for n in &mut self.nodes {
-            if let Some(c) = &mut n.child {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-}
-
-fn topology_text(dir: &Path, ports: [u16; 2]) -> String {
-    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/chaos-functions");
-    let node = |id: &str, role: &str, lat: f64, lon: f64, area: &str, port: u16| {
-        format!(
-            "[[node]]\nid = \"{id}\"\nrole = \"{role}\"\nlocation = {{ lat = {lat}, lon = {lon} }}\n{area}\
-             public_url = \"https://127.0.0.1:{port}\"\nlisten = \"127.0.0.1:{port}\"\n\
-             [[node.backend]]\nkind = \"local\"\nfunctions_dir = \"{}\"\n\n",
-            functions.display()
-        )
-    };
-    let d = dir.display();
-    format!(
-        "zone = \"chaos.test.\"\n[tls]\ncert = \"{d}/node.pem\"\nkey = \"{d}/node-key.pem\"\nca = \"{d}/ca.pem\"\n\n{}{}",
-        node(
-            "edge",
-            "edge",
-            -37.80,
-            144.96,
-            "area.circle = { center = { lat = -37.80, lon = 144.96 }, radius_km = 5 }\n",
-            ports[0]
-        ),
-        node("cloud", "cloud", -33.87, 151.21, "", ports[1]),
-    )
-}
-
-async fn wait_ready(client: &reqwest::Client, port: u16) {
-    for _ in 0..600 {
-        let url = format!("https://127.0.0.1:{port}/readyz");
-        if client
-            .get(&url)
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("node on port {port} never became ready");
-}
+const NODES: [NodeSpec; 2] = [
+    ("edge", "edge", -37.80, 144.96),
+    ("cloud", "cloud", -33.87, 151.21),
+];
 
 async fn wait_for(done: &AtomicUsize, n: usize) {
     while done.load(Ordering::SeqCst) < n {
@@ -154,33 +33,16 @@ async fn wait_for(done: &AtomicUsize, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_call_fails_when_the_edge_and_then_the_cloud_are_killed_and_restarted() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = TlsMaterial::generate(&["127.0.0.1".to_owned()]).unwrap();
-    tls.write_to(dir.path()).unwrap();
-    let ports = {
-        let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        [
-            a.local_addr().unwrap().port(),
-            b.local_addr().unwrap().port(),
-        ]
-    };
-    let path = dir.path().join("chaos.toml");
-    std::fs::write(&path, topology_text(dir.path(), ports)).unwrap();
-    let topology = Topology::load(&path).unwrap();
-    let calls_log = dir.path().join("executions.log");
-    let mut fleet = Fleet::start(tempfile::tempdir().unwrap(), path);
-    let probe = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(tls.ca_pem.as_bytes()).unwrap())
-        .build()
-        .unwrap();
-    for p in ports {
-        wait_ready(&probe, p).await;
-    }
+    let functions = geofaas_test_support::paths::manifest_dir().join("testdata/chaos-functions");
+    let mut fleet = Fleet::start("chaos", &NODES, "", Some(&functions), "warn");
+    fleet.wait_all_ready().await;
+    let topology = Topology::load(fleet.config()).unwrap();
+    let calls_log = fleet.path("executions.log");
+    let ca_pem = std::fs::read(fleet.path("ca.pem")).unwrap();
 
     let location: LatLon = IN_EDGE.parse().unwrap();
     let mut cfg = ClientConfig::for_topology(&topology, location).unwrap();
-    cfg.ca_pem = Some(tls.ca_pem.clone().into_bytes());
+    cfg.ca_pem = Some(ca_pem);
     cfg.fallback_ttl = Duration::from_millis(200);
     let done = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicUsize::new(0));
@@ -207,15 +69,15 @@ async fn no_call_fails_when_the_edge_and_then_the_cloud_are_killed_and_restarted
         }));
     }
     wait_for(&done, 200).await;
-    fleet.kill9("edge");
+    fleet.kill("edge");
     wait_for(&done, 400).await;
     fleet.spawn("edge");
-    wait_ready(&probe, ports[0]).await;
+    fleet.wait_ready("edge").await;
     wait_for(&done, 600).await;
-    fleet.kill9("cloud");
+    fleet.kill("cloud");
     wait_for(&done, 800).await;
     fleet.spawn("cloud");
-    wait_ready(&probe, ports[1]).await;
+    fleet.wait_ready("cloud").await;
     wait_for(&done, 1000).await;
     stop.store(1, Ordering::SeqCst);
 

@@ -184,6 +184,11 @@ impl Fleet {
         fleet
     }
 
+    /// The topology file.
+    pub fn config(&self) -> &Path {
+        &self.config
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
@@ -236,11 +241,13 @@ impl Fleet {
         self.children.insert(id, child);
     }
 
-    /// SIGKILL.
+    /// SIGKILL, and checks that this is what ended it.
     pub fn kill(&mut self, id: &str) {
+        use std::os::unix::process::ExitStatusExt;
         let mut child = self.children.remove(id).unwrap();
         child.kill().unwrap();
-        child.wait().unwrap();
+        let exit = child.wait().unwrap();
+        assert_eq!(exit.signal(), Some(9), "{id} ended by SIGKILL");
     }
 
     pub fn log(&self, id: &str) -> String {
