@@ -271,7 +271,21 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
         msg.push_str(&s.to_string());
         source = s.source();
     }
+    if let Some(hint) = certificate_hint(&msg) {
+        msg.push_str(hint);
+    }
     msg
+}
+
+/// What to do about a node certificate this command does not trust (rustls says
+/// `UnknownIssuer`): the usual cause is a topology run by `geofaas up`, whose CA lives in its
+/// state folder, not in the topology's `[tls] ca`.
+fn certificate_hint(msg: &str) -> Option<&'static str> {
+    msg.contains("UnknownIssuer").then_some(
+        " (the node's certificate is not signed by the CA this command trusts: pass --cacert \
+         with the CA that signed it; a `geofaas up` writes its CA to STATE_DIR/ca.pem, and \
+         `--state-dir STATE_DIR` without --config uses it)",
+    )
 }
 
 /// `KEY=VALUE` split at the first `=`.
@@ -392,11 +406,13 @@ pub async fn functions(cmd: FunctionsCommand) -> anyhow::Result<()> {
                 .each(|n| nodes.request(reqwest::Method::GET, n, "/admin/functions"))
                 .await;
             print!("{}", ls_table(&results));
-            let failed: Vec<&str> = results
-                .iter()
-                .filter(|(_, r)| r.is_err())
-                .map(|(n, _)| n.id.as_str())
-                .collect();
+            let mut failed = Vec::new();
+            for (node, result) in &results {
+                if let Err(why) = result {
+                    eprintln!("{}: {why}", node.id);
+                    failed.push(node.id.as_str());
+                }
+            }
             anyhow::ensure!(failed.is_empty(), "no answer from {}", failed.join(", "));
             Ok(())
         }
@@ -527,4 +543,21 @@ fn ls_table(results: &[(Node, Result<Value, String>)]) -> String {
         out.push_str(&row);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_untrusted_node_certificate_gets_a_hint_naming_the_flags() {
+        let rustls = "error sending request for url (https://127.0.0.71:9443/admin/functions): \
+                      client error (Connect): invalid peer certificate: UnknownIssuer";
+        let hint = certificate_hint(rustls).expect("a hint");
+        assert!(
+            hint.contains("--cacert") && hint.contains("ca.pem"),
+            "{hint}"
+        );
+        assert!(certificate_hint("connection refused").is_none());
+    }
 }
